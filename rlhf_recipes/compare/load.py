@@ -1,0 +1,228 @@
+"""Read local runs (the recipe runner's output folders) and reference histories (CSV).
+
+Two CSV layouts come from wandb, and both are read here into one shape: a frame with a
+`_step` column (the wandb step) and one column per metric, NaN on rows that logged other
+metrics.
+- API history: `run.history()` / `run.scan_history()` rows, as a DataFrame written with
+  `to_csv` (often with the pandas index as an unnamed first column): `_step`, `_runtime`,
+  `_timestamp`, then metric keys.
+- UI export (a chart's CSV download): `Step`, then for each run on the chart
+  `<run name> - <metric>`, `<run name> - <metric>__MIN`, `<run name> - <metric>__MAX`
+  (min/max of the points a bucket averages). One chart is one metric, so users export several.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlhf_recipes.compare.errors import CompareError
+
+METRICS_FILE = "metrics.jsonl"
+FINAL_RESULTS_FILE = "final_results.json"
+CONFIG_FILE = "config.yaml"
+# Keys of a metrics.jsonl row that index it rather than measure anything.
+BOOKKEEPING_KEYS = ("step", "epoch")
+
+UI_STEP_COLUMN = "Step"
+API_STEP_COLUMN = "_step"
+UI_SEPARATOR = " - "
+UI_BUCKET_SUFFIXES = ("__MIN", "__MAX")
+
+
+@dataclass
+class LocalRun:
+    """One output folder of recipes/run.py."""
+
+    path: Path
+    label: str
+    algorithm: str | None
+    history: pd.DataFrame  # index: trainer global_step; columns: metric names
+    final_results: dict[str, Any] = field(default_factory=dict)
+
+    def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """Steps and values where `metric` was logged (rows that log other things dropped)."""
+        if metric not in self.history.columns:
+            return np.array([]), np.array([])
+        col = self.history[metric].dropna()
+        return col.index.to_numpy(dtype=float), col.to_numpy(dtype=float)
+
+
+@dataclass
+class ReferenceHistory:
+    """A reference run's history in the book's names and wandb steps."""
+
+    frame: pd.DataFrame  # `_step` plus one column per book metric
+    source: str  # where it came from, for the report
+    complete: bool  # every wandb step from first to last is present (nothing sampled away)
+
+
+# --- local runs ---------------------------------------------------------------------------
+
+
+def _numeric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else float("nan")
+
+
+def read_metrics_jsonl(path: Path) -> pd.DataFrame:
+    """One row per trainer step; a step logged twice (train row + eval row) is merged."""
+    records: list[dict[str, float]] = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CompareError(f"{path}:{lineno} is not valid JSON ({exc.msg}).") from exc
+        if "step" not in row:
+            continue
+        values = {k: _numeric(v) for k, v in row.items() if k not in BOOKKEEPING_KEYS}
+        values = {k: v for k, v in values.items() if v is not None}
+        if values:
+            records.append({"step": int(row["step"]), **values})
+    if not records:
+        raise CompareError(f"{path} has no metric rows: did the run log anything?")
+    frame = pd.DataFrame.from_records(records)
+    # mean() skips NaN, so a train row and an eval row at one step merge into one.
+    return frame.groupby("step").mean().sort_index()
+
+
+def run_algorithm(run_dir: Path) -> str | None:
+    """The algorithm a run trained, from final_results.json, else config.yaml."""
+    results = run_dir / FINAL_RESULTS_FILE
+    if results.exists():
+        algorithm = json.loads(results.read_text()).get("algorithm")
+        if algorithm:
+            return str(algorithm)
+    config = run_dir / CONFIG_FILE
+    if config.exists():
+        import yaml  # deferred: only runs with a config need it
+
+        data = yaml.safe_load(config.read_text()) or {}
+        if isinstance(data, dict) and data.get("algorithm"):
+            return str(data["algorithm"])
+    return None
+
+
+def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if not metrics.exists():
+        raise CompareError(
+            f"{run_dir} is not a run folder: {METRICS_FILE} is missing there. Pass the "
+            f"--output_dir of `recipes/run.py` (the folder holding {METRICS_FILE})."
+        )
+    results_path = run_dir / FINAL_RESULTS_FILE
+    final_results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    return LocalRun(
+        path=run_dir,
+        label=label or run_dir.name,
+        algorithm=run_algorithm(run_dir),
+        history=read_metrics_jsonl(metrics),
+        final_results=final_results,
+    )
+
+
+def load_runs(run_dirs: list[Path]) -> list[LocalRun]:
+    """Load several runs, labelled by folder name (by path where two names clash)."""
+    names = [Path(d).name for d in run_dirs]
+    labels = [str(d) if names.count(Path(d).name) > 1 else Path(d).name for d in run_dirs]
+    return [load_run(Path(d), label) for d, label in zip(run_dirs, labels, strict=True)]
+
+
+# --- reference CSVs -----------------------------------------------------------------------
+
+
+def _is_complete(steps: pd.Series) -> bool:
+    unique = np.unique(steps.dropna().to_numpy())
+    return len(unique) > 1 and bool(np.all(np.diff(unique) == 1))
+
+
+def _numeric_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Coerce to float; drop columns with no number at all (tables, media, JSON blobs)."""
+    frame = frame.apply(pd.to_numeric, errors="coerce")
+    return frame.loc[:, frame.notna().any()]
+
+
+def read_api_history_csv(path: Path) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    # `history().to_csv(...)` writes the pandas index as an unnamed first column.
+    frame = frame.loc[:, ~frame.columns.str.startswith("Unnamed:")]
+    keep = [c for c in frame.columns if c == API_STEP_COLUMN or not c.startswith("_")]
+    return _numeric_columns(frame[keep])
+
+
+def _ui_columns(columns: list[str]) -> dict[str, tuple[str, str]]:
+    """Map each value column of a UI export to (run name, metric)."""
+    parsed: dict[str, tuple[str, str]] = {}
+    for col in columns:
+        if col == UI_STEP_COLUMN or col.endswith(UI_BUCKET_SUFFIXES) or UI_SEPARATOR not in col:
+            continue
+        run, metric = col.rsplit(UI_SEPARATOR, 1)
+        if metric != API_STEP_COLUMN:  # some exports carry each run's own _step: not a metric
+            parsed[col] = (run, metric)
+    return parsed
+
+
+def read_ui_export_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
+    frame = pd.read_csv(path)
+    parsed = _ui_columns(list(frame.columns))
+    runs = sorted({run for run, _ in parsed.values()})
+    if run_name is not None:
+        parsed = {c: rm for c, rm in parsed.items() if rm[0] == run_name}
+        if not parsed:
+            raise CompareError(
+                f"{path} has no run named {run_name!r}; it has: {', '.join(runs) or 'none'}."
+            )
+    elif len(runs) > 1:
+        raise CompareError(
+            f"{path} holds several runs ({', '.join(runs)}). Pick the reference with "
+            "--reference-run NAME, or export the chart with only the book's run visible."
+        )
+    if not parsed:
+        raise CompareError(
+            f"{path} has no '<run name> - <metric>' columns; is it a wandb chart export?"
+        )
+    out = frame[[UI_STEP_COLUMN, *parsed]].rename(
+        columns={UI_STEP_COLUMN: API_STEP_COLUMN, **{c: m for c, (_, m) in parsed.items()}}
+    )
+    return _numeric_columns(out)
+
+
+def read_reference_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise CompareError(f"Reference CSV {path} does not exist.")
+    header = list(pd.read_csv(path, nrows=0).columns)
+    if API_STEP_COLUMN in header:
+        return read_api_history_csv(path)
+    if UI_STEP_COLUMN in header:
+        return read_ui_export_csv(path, run_name)
+    raise CompareError(
+        f"{path} has neither a '{UI_STEP_COLUMN}' column (a wandb chart export with the "
+        f"default x-axis) nor '{API_STEP_COLUMN}' (an API history). Its columns: "
+        f"{', '.join(header[:8])}. Re-export the chart with X axis = Step."
+    )
+
+
+def load_reference_csvs(paths: list[Path], run_name: str | None = None) -> ReferenceHistory:
+    """Read one or more CSVs of the same run (e.g. one UI export per chart) into one history."""
+    frames = [read_reference_csv(Path(p), run_name) for p in paths]
+    merged = pd.concat(frames, ignore_index=True)
+    merged = merged.dropna(subset=[API_STEP_COLUMN])
+    # first() skips NaN per column, so charts exported separately merge row by row.
+    merged = merged.groupby(API_STEP_COLUMN, as_index=False).first()
+    merged = merged.sort_values(API_STEP_COLUMN).reset_index(drop=True)
+    return ReferenceHistory(
+        frame=merged,
+        source=", ".join(str(p) for p in paths),
+        complete=_is_complete(merged[API_STEP_COLUMN]),
+    )

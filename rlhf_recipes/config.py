@@ -1,0 +1,430 @@
+"""Recipe files: reading, validating and resolving them into typed configs.
+
+A recipe is a flat YAML mapping. Its keys come from three typed dataclasses:
+  - `RecipeArgs` (below): what this project adds: algorithm, data source, effective batch,
+    profile, resume, logging;
+  - TRL's `ModelConfig`: the model, dtype, attention implementation, LoRA / 4-bit;
+  - the algorithm's TRL config class (e.g. `DPOConfig`, or our subclass of it): everything
+    the trainer itself reads.
+Values are layered: algorithm defaults < YAML < profile overlay < command line. Every key and
+value is checked here, before any model or dataset is touched, so a typo costs a second,
+not a model download.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
+
+PROFILES = ("tiny",)
+
+
+class RecipeError(ValueError):
+    """A recipe or command line that cannot be run, with a message saying what to fix."""
+
+
+@dataclass
+class RecipeArgs:
+    """Options that this project adds on top of TRL's and transformers' own."""
+
+    algorithm: str = field(metadata={"help": "Which algorithm to run; one of the registry's names."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Data source adapter (e.g. ultrafeedback, hh_rlhf, gsm8k, reasoning_gym)."},
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub id overriding the source's default (same schema expected)."}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset config name."})
+    dataset_split: str | None = field(default=None, metadata={"help": "Split to read; the source's default if unset."})
+    data_files: str | None = field(
+        default=None, metadata={"help": "Local JSON/JSONL file in the source's schema, read instead of the hub."}
+    )
+    num_samples: int | None = field(
+        default=None, metadata={"help": "Use the first N rows (after shuffling, if dataset_shuffle_seed is set)."}
+    )
+    dataset_shuffle_seed: int | None = field(
+        default=None, metadata={"help": "Shuffle the rows with this seed before taking num_samples."}
+    )
+    eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of the rows held out for evaluation."})
+    dataset_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "Source-specific options (e.g. reasoning-gym task and config)."}
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message prepended to every prompt."})
+    effective_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sequences per optimizer step across all processes. Gradient accumulation is derived from "
+            "it and the world size, so 1 GPU and 4 GPUs train the same recipe."
+        },
+    )
+    profile: str | None = field(
+        default=None, metadata={"help": "'tiny': embedded model and data, a few CPU steps (tests, smoke runs)."}
+    )
+    resume: str | None = field(
+        default=None,
+        metadata={"help": "'latest' (or a checkpoint path) to continue an interrupted run in output_dir."},
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Start over in an output_dir that already holds a run (its files are replaced)."}
+    )
+    wandb_project: str | None = field(default=None, metadata={"help": "wandb project when report_to includes wandb."})
+    wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
+
+
+def recipe_fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(RecipeArgs)}
+
+
+def model_fields() -> dict[str, dataclasses.Field]:
+    from trl import ModelConfig
+
+    return {f.name: f for f in dataclasses.fields(ModelConfig)}
+
+
+@dataclass
+class Recipe:
+    """A recipe resolved for one run: the three typed configs plus where they came from."""
+
+    source: str
+    algorithm: Algorithm
+    args: RecipeArgs
+    model: Any  # trl.ModelConfig
+    training: Any  # the algorithm's TRL config instance
+    resolved: dict[str, Any]  # flat mapping written to config.yaml (re-runnable)
+    world_size: int = 1
+
+    @property
+    def tiny(self) -> bool:
+        return self.args.profile == "tiny"
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:
+    """`RECIPE.yaml --key value --flag --key=value` -> (path, {key: raw string})."""
+    if not argv or argv[0].startswith("-"):
+        raise RecipeError(
+            "usage: recipes/run.py RECIPE.yaml [--profile tiny] [--resume] [--KEY VALUE ...]\n"
+            f"Available algorithms: {', '.join(sorted(ALGORITHMS))}"
+        )
+    path, rest = argv[0], argv[1:]
+    overrides: dict[str, str] = {}
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if not token.startswith("--") or token == "--":
+            raise RecipeError(f"command line: expected --KEY VALUE, got {token!r}")
+        key = token[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+        elif i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            value = rest[i + 1]
+            i += 1
+        else:
+            value = "true"  # a bare flag
+        overrides[key.replace("-", "_")] = value
+        i += 1
+    if overrides.get("resume") == "true":
+        overrides["resume"] = "latest"
+    return path, overrides
+
+
+# ---------------------------------------------------------------------------------------
+# Type checking
+
+
+def _describe(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _resolve_hints(cls: type) -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            module = sys.modules.get(klass.__module__)
+            try:
+                hints.update(typing.get_type_hints(klass, vars(module) if module else None))
+            except Exception:  # forward refs we cannot resolve: fall back to raw annotations
+                hints.update(getattr(klass, "__annotations__", {}))
+    return hints
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def coerce(value: Any, annotation: Any) -> Any:
+    """Return `value` converted to `annotation`, or raise _Mismatch.
+
+    Strings from the command line (and YAML's `1e-6`, which PyYAML reads as a string) are
+    converted when the field's type says how.
+    """
+    if annotation is Any or annotation is None or isinstance(annotation, (str, typing.ForwardRef)):
+        return value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        # Only YAML's own spellings of null: "none" is a real value of e.g. report_to.
+        if value is None or (isinstance(value, str) and value in ("null", "~")):
+            if type(None) in args:
+                return None
+        errors = 0
+        # Try exact matches first so "5" for `int | str` stays an int, not a string.
+        for arg in sorted(args, key=lambda a: a is str):
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg)
+            except _Mismatch:
+                errors += 1
+        raise _Mismatch
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise _Mismatch
+    if origin in (list, tuple, typing.List):
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.startswith("[") else [v.strip() for v in value.split(",")]
+            value = parsed
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        inner = args[0] if args else Any
+        return [coerce(v, inner) for v in value]
+    if origin in (dict, typing.Dict) or annotation is dict:
+        if isinstance(value, str):
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as e:
+                raise _Mismatch from e
+        if not isinstance(value, dict):
+            raise _Mismatch
+        return value
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
+            return value.lower() in ("true", "yes", "1", "on")
+        raise _Mismatch
+    if annotation is int:
+        if isinstance(value, bool):
+            raise _Mismatch
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                try:
+                    f = float(value)
+                except ValueError as e:
+                    raise _Mismatch from e
+                if f.is_integer():
+                    return int(f)
+        raise _Mismatch
+    if annotation is float:
+        if isinstance(value, bool):
+            raise _Mismatch
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError as e:
+                raise _Mismatch from e
+        raise _Mismatch
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise _Mismatch
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(value)
+        except ValueError as e:
+            raise _Mismatch from e
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# Resolution
+
+
+def _suggest(key: str, valid: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f" Did you mean `{close[0]}`?" if close else ""
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise RecipeError(f"{path}: no such recipe file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def default_output_dir(path: str, profile: str | None) -> str:
+    stem = Path(path).stem
+    return str(Path("outputs") / (f"{stem}-{profile}" if profile else stem))
+
+
+def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
+    """Parse `RECIPE.yaml [--KEY VALUE ...]` into a validated Recipe. Loads no model or data."""
+    path, cli = split_command_line(argv)
+    data = read_yaml(path)
+    world_size = world_size or world_size_from_env()
+
+    name = cli.get("algorithm", data.get("algorithm"))
+    if name is None:
+        raise RecipeError(f"{path}: missing required key `algorithm`. Available: {', '.join(sorted(ALGORITHMS))}")
+    if name not in ALGORITHMS:
+        where = "command line" if "algorithm" in cli else path
+        raise RecipeError(
+            f"{where}: unknown algorithm `{name}`.{_suggest(str(name), ALGORITHMS)} "
+            f"Available: {', '.join(sorted(ALGORITHMS))}"
+        )
+    algorithm = ALGORITHMS[name]
+    config_class = import_object(algorithm.config_class)
+    family = family_of(algorithm)
+
+    from trl import ModelConfig
+
+    groups: dict[str, type] = {"recipe": RecipeArgs, "model": ModelConfig, "training": config_class}
+    hints = {g: _resolve_hints(cls) for g, cls in groups.items()}
+    owner: dict[str, str] = {}
+    for g, cls in groups.items():
+        for f in dataclasses.fields(cls):
+            if f.init:
+                owner.setdefault(f.name, g)
+
+    for key in data:
+        if key not in owner:
+            raise RecipeError(f"{path}: unknown key `{key}` for algorithm `{name}`.{_suggest(key, owner)}")
+    for key in cli:
+        if key not in owner:
+            raise RecipeError(f"command line: unknown option `--{key}` for algorithm `{name}`.{_suggest(key, owner)}")
+
+    profile = cli.get("profile", data.get("profile"))
+    if profile is not None and profile not in PROFILES:
+        raise RecipeError(f"profile `{profile}` is unknown; available: {', '.join(PROFILES)}")
+
+    # Layer the sources; remember where each value came from for error messages.
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+
+    def layer(values: dict[str, Any], where: str) -> None:
+        for k, v in values.items():
+            merged[k] = v
+            origin[k] = where
+
+    layer(dict(algorithm.defaults), f"algorithm `{name}` defaults")
+    layer(data, path)
+    if profile == "tiny":
+        overlay = {**getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+        overlay.setdefault("output_dir", default_output_dir(path, profile))
+        # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
+        for k, v in overlay.items():
+            if k not in owner:
+                raise RecipeError(f"internal: tiny overlay key `{k}` is not an option of `{name}`")
+            if k == "effective_batch_size" and merged.get("effective_batch_size") is None:
+                continue
+            merged[k] = v
+            origin[k] = "profile tiny"
+    layer(cli, "command line")
+    merged.setdefault("output_dir", default_output_dir(path, profile))
+    origin.setdefault("output_dir", "default")
+
+    typed: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    for key, value in merged.items():
+        group = owner[key]
+        annotation = hints[group].get(key, Any)
+        try:
+            typed[group][key] = coerce(value, annotation)
+        except _Mismatch:
+            raise RecipeError(
+                f"{origin[key]}: `{key}` must be {_describe(annotation)}, got {value!r} ({type(value).__name__})"
+            ) from None
+
+    # Effective batch is the recipe's meaning; accumulation follows from the world size.
+    derive = getattr(family, "derive_batch", derive_gradient_accumulation)
+    derive(typed, origin, world_size)
+
+    args = _construct(RecipeArgs, typed["recipe"], path)
+    model = _construct(ModelConfig, typed["model"], path)
+    training = _construct(config_class, typed["training"], path)
+
+    resolved = {k: _plain(v) for g in ("recipe", "model", "training") for k, v in typed[g].items()}
+    resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
+    return Recipe(
+        source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
+        world_size=world_size,
+    )
+
+
+def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
+    """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch."""
+    effective = typed["recipe"].get("effective_batch_size")
+    if effective is None:
+        return
+    per_device = typed["training"].get("per_device_train_batch_size", 8)
+    per_step = per_device * world_size
+    if effective % per_step:
+        raise RecipeError(
+            f"{origin['effective_batch_size']}: effective_batch_size {effective} is not divisible by "
+            f"per_device_train_batch_size {per_device} x {world_size} processes = {per_step}. "
+            f"Change per_device_train_batch_size or the number of processes."
+        )
+    accumulation = effective // per_step
+    given = typed["training"].get("gradient_accumulation_steps")
+    if given is not None and given != accumulation:
+        raise RecipeError(
+            f"{origin['gradient_accumulation_steps']}: gradient_accumulation_steps {given} contradicts "
+            f"effective_batch_size {effective} (= {per_device} per device x {world_size} processes x {accumulation}). "
+            "Set only effective_batch_size; accumulation is derived from it."
+        )
+    typed["training"]["gradient_accumulation_steps"] = accumulation
+
+
+def _construct(cls: type, values: dict[str, Any], path: str) -> Any:
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as e:
+        raise RecipeError(f"{path}: invalid settings for {cls.__name__}: {e}") from e
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

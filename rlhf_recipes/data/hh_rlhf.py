@@ -1,0 +1,52 @@
+"""Anthropic/hh-rlhf -> conversational prompt/chosen/rejected.
+
+Each side is one string "\\n\\nHuman: ...\\n\\nAssistant: ...". Both sides share every
+turn but the last Assistant turn: that shared prefix is the prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rlhf_recipes.data.sources import DROP, DataSource
+
+_TURN = re.compile(r"\n\n(Human|Assistant): ")
+_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def parse_dialogue(text: str, column: str) -> list[dict[str, str]]:
+    """"\\n\\nHuman: a\\n\\nAssistant: b" -> [{'role': 'user', ...}, {'role': 'assistant', ...}]."""
+    if not isinstance(text, str):
+        raise ValueError(f"column `{column}` must be a string, got {type(text).__name__}")
+    parts = _TURN.split(text)
+    if parts[0].strip() or len(parts) < 3:
+        raise ValueError(f"column `{column}` must start with '\\n\\nHuman: ', got {text[:60]!r}")
+    return [{"role": _ROLES[role], "content": content} for role, content in zip(parts[1::2], parts[2::2])]
+
+
+def normalize(row: dict[str, Any]) -> dict[str, Any]:
+    chosen = parse_dialogue(row["chosen"], "chosen")
+    rejected = parse_dialogue(row["rejected"], "rejected")
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    # The prompt must end with the user's turn: back off to it if the sides also share part of the reply.
+    while shared > 0 and chosen[shared - 1]["role"] != "user":
+        shared -= 1
+    if shared == 0:
+        raise ValueError("chosen and rejected share no user turn to use as the prompt")
+    if chosen[shared:] == rejected[shared:]:
+        return {DROP: "identical chosen and rejected"}
+    if not chosen[shared:] or not rejected[shared:]:
+        return {DROP: "empty response"}
+    return {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
+
+
+SOURCE = DataSource(
+    name="hh_rlhf",
+    hub_id="Anthropic/hh-rlhf",
+    fixture="hh-rlhf/harmless-base-test.jsonl",
+    columns=("chosen", "rejected"),
+    normalize=normalize,
+)

@@ -1,0 +1,118 @@
+"""Loading a recipe's data: real hub dataset or shipped fixture, through the same adapter.
+
+A source names a real dataset (hub id, split), the fixture file that the tiny profile reads
+instead (same schema, real or schema-exact rows shipped in data/fixtures/), the columns its
+schema must have, and `normalize`: one row of the source schema -> the columns TRL's trainer
+expects. A row that carries no training signal (e.g. identical chosen and rejected) is
+dropped and counted; a row that does not fit the schema is an error naming the row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from rlhf_recipes.config import Recipe
+
+FIXTURES = Path(__file__).parent / "fixtures"
+logger = logging.getLogger(__name__)
+
+DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
+
+
+class DataError(ValueError):
+    """Data that does not fit the source's schema; the message names the row and column."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    name: str
+    hub_id: str | None
+    fixture: str | None  # path under data/fixtures/
+    columns: tuple[str, ...]  # required columns of the source schema
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
+    default_split: str = "train"
+    hub_config: str | None = None
+    # Procedural sources (reasoning-gym) build their rows instead of reading a file.
+    generate: Callable[["Recipe"], "Dataset"] | None = None
+
+
+def _registry() -> dict[str, DataSource]:
+    from rlhf_recipes.data import hh_rlhf, ultrafeedback
+
+    sources = [ultrafeedback.SOURCE, hh_rlhf.SOURCE]
+    return {s.name: s for s in sources}
+
+
+SOURCES: dict[str, DataSource] = _registry()
+
+
+def _read(source: DataSource, recipe: "Recipe") -> tuple["Dataset", str]:
+    from datasets import load_dataset
+
+    args = recipe.args
+    if args.data_files or recipe.tiny:
+        path = args.data_files or str(FIXTURES / source.fixture)
+        return load_dataset("json", data_files=path, split="train"), path
+    hub_id = args.dataset_name or source.hub_id
+    split = args.dataset_split or source.default_split
+    return load_dataset(hub_id, args.dataset_config or source.hub_config, split=split), f"{hub_id} [{split}]"
+
+
+def normalize_rows(dataset: "Dataset", source: DataSource, where: str, system_prompt: str | None = None) -> "Dataset":
+    """Apply the adapter to every row; errors name the row, drops are counted and logged."""
+    missing = [c for c in source.columns if c not in dataset.column_names]
+    if missing:
+        raise DataError(
+            f"{where}: missing column(s) {missing} for source `{source.name}`; expected {list(source.columns)}, "
+            f"found {dataset.column_names}"
+        )
+
+    def apply(row: dict[str, Any], index: int) -> dict[str, Any]:
+        try:
+            out = source.normalize(row)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{where}: row {index}: {e}") from e
+        if DROP in out:
+            return {DROP: out[DROP]}
+        if system_prompt and isinstance(out.get("prompt"), list):
+            out["prompt"] = [{"role": "system", "content": system_prompt}, *out["prompt"]]
+        return {**out, DROP: ""}
+
+    mapped = dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
+    reasons = [r for r in mapped[DROP] if r]
+    if reasons:
+        counts: dict[str, int] = {}
+        for r in reasons:
+            counts[r] = counts.get(r, 0) + 1
+        logger.warning("%s: dropped %d of %d rows: %s", where, len(reasons), len(mapped), counts)
+        mapped = mapped.filter(lambda r: not r[DROP])
+    return mapped.remove_columns(DROP)
+
+
+def load_splits(recipe: "Recipe") -> tuple["Dataset", "Dataset | None"]:
+    """The recipe's train and (optional) eval datasets, in TRL's columns."""
+    args = recipe.args
+    if args.dataset not in SOURCES:
+        raise DataError(f"{recipe.source}: unknown dataset `{args.dataset}`; available: {', '.join(sorted(SOURCES))}")
+    source = SOURCES[args.dataset]
+    if source.generate is not None:
+        dataset = source.generate(recipe)
+    else:
+        raw, where = _read(source, recipe)
+        if args.dataset_shuffle_seed is not None:
+            raw = raw.shuffle(seed=args.dataset_shuffle_seed)
+        if args.num_samples is not None:
+            raw = raw.select(range(min(args.num_samples, len(raw))))
+        dataset = normalize_rows(raw, source, where, args.system_prompt)
+    if len(dataset) == 0:
+        raise DataError(f"{recipe.source}: dataset `{args.dataset}` has no usable rows")
+    if args.eval_fraction > 0:
+        split = dataset.train_test_split(test_size=args.eval_fraction, seed=args.dataset_shuffle_seed or 0)
+        return split["train"], split["test"]
+    return dataset, None

@@ -1,0 +1,59 @@
+"""Tokenizer and model loading: hub ids for real recipes, the built tiny model for `--profile tiny`."""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+TINY = "tiny"
+
+
+def resolve_model_path(name: str | None) -> str:
+    if name is None:
+        raise ValueError("the recipe sets no `model_name_or_path`")
+    if name == TINY:
+        from rlhf_recipes.tiny import tiny_model_path
+
+        return tiny_model_path()
+    return name
+
+
+def load_tokenizer(model_args):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_model_path(model_args.model_name_or_path), revision=model_args.model_revision
+    )
+    if tokenizer.pad_token is None:
+        logger.warning("tokenizer has no pad token; using its eos token %r", tokenizer.eos_token)
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def model_init_kwargs(model_args) -> dict:
+    """from_pretrained kwargs from TRL's ModelConfig: dtype, attention, 4/8-bit quantization."""
+    import torch
+    from trl import get_quantization_config
+
+    kwargs = dict(
+        revision=model_args.model_revision,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype),
+    )
+    quantization = get_quantization_config(model_args)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+        if torch.cuda.is_available():  # quantized weights are placed at load time, one GPU per process
+            from accelerate import PartialState
+
+            kwargs["device_map"] = {"": PartialState().local_process_index}
+    return kwargs
+
+
+def load_causal_lm(model_args):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        resolve_model_path(model_args.model_name_or_path), **model_init_kwargs(model_args)
+    )

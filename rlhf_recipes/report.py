@@ -1,0 +1,97 @@
+"""What a run leaves behind: config.yaml first, final_results.json and curves.png last."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PLOT_SKIP = {"step", "epoch", "learning_rate", "total_flos", "train_runtime", "train_samples_per_second",
+             "train_steps_per_second", "train_loss"}
+
+
+def write_config(recipe, output_dir: Path) -> Path:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / "config.yaml"
+    header = (f"# Resolved recipe of this run (from {recipe.source}, world size {recipe.world_size}).\n"
+              f"# Re-run it with: python recipes/run.py {path}\n")
+    path.write_text(header + yaml.safe_dump(recipe.resolved, sort_keys=False))
+    return path
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The latest logged value of every numeric metric (train rows and eval_ rows alike)."""
+    final: dict[str, float] = {}
+    for row in rows:
+        for k, v in row.items():
+            if k in ("step", "epoch") or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            final[k] = float(v)
+    return final
+
+
+def write_final_results(recipe, output_dir: Path, steps: int, wall_seconds: float, interrupted: bool,
+                        extra: dict[str, Any] | None = None) -> Path:
+    rows = read_metrics(output_dir / "metrics.jsonl")
+    results = {
+        "algorithm": recipe.algorithm.name,
+        "model": recipe.model.model_name_or_path,
+        "dataset": recipe.args.dataset_name or recipe.args.dataset,
+        "profile": recipe.args.profile,
+        "world_size": recipe.world_size,
+        "effective_batch_size": recipe.args.effective_batch_size,
+        "per_device_train_batch_size": recipe.training.per_device_train_batch_size,
+        "gradient_accumulation_steps": recipe.training.gradient_accumulation_steps,
+        "steps": steps,
+        "interrupted": interrupted,
+        "wall_seconds": round(wall_seconds, 2),
+        "final_metrics": last_values(rows),
+        **(extra or {}),
+    }
+    path = output_dir / "final_results.json"
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return path
+
+
+def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:
+    """curves.png: the loss and the algorithm's key metrics against the optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(output_dir / "metrics.jsonl")
+    names = ["loss", *[m for m in key_metrics if m != "loss"]]
+    series = {}
+    for name in names:
+        points = [(r["step"], r[name]) for r in rows if isinstance(r.get(name), (int, float)) and math.isfinite(r[name])]
+        if points:
+            series[name] = points
+    if not series:
+        return None
+    cols = min(3, len(series))
+    nrows = math.ceil(len(series) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, (name, points) in zip(axes.flat, series.items()):
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = output_dir / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
