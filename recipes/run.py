@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer.save_model(str(output_dir))
     extra = family.final_results(recipe, trainer) if hasattr(family, "final_results") and not interrupt.interrupted else {}
     if is_main_process():
-        write_final_results(recipe, output_dir, trainer.state.global_step, wall, interrupt.interrupted, extra)
+        write_final_results(recipe, trainer, output_dir, wall, interrupt.interrupted, extra)
         plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")
         if interrupt.interrupted:
             logger.warning("interrupted at step %d; continue with: python recipes/run.py %s --resume",

@@ -348,7 +348,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     layer(dict(algorithm.defaults), f"algorithm `{name}` defaults")
     layer(data, path)
     if profile == "tiny":
-        overlay = {**getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+        overlay = {**tiny_device_settings(), **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
         overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
@@ -387,6 +387,21 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
         source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
         world_size=world_size,
     )
+
+
+def tiny_device_settings() -> dict[str, Any]:
+    """CPU settings under which accelerate sees every launched process.
+
+    Without CUDA, accelerate reports a world of 1 unless told the backend: plain data
+    parallel needs `use_cpu` (MULTI_CPU over gloo), while DeepSpeed needs `ddp_backend: gloo`
+    WITHOUT `use_cpu` (which would silently turn DeepSpeed off).
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+    return {"ddp_backend": "gloo", "use_cpu": not deepspeed}
 
 
 def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:

@@ -39,19 +39,21 @@ def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
     return final
 
 
-def write_final_results(recipe, output_dir: Path, steps: int, wall_seconds: float, interrupted: bool,
+def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, interrupted: bool,
                         extra: dict[str, Any] | None = None) -> Path:
+    """final_results.json. World size and batch are read from the trainer, i.e. what really ran."""
     rows = read_metrics(output_dir / "metrics.jsonl")
+    args = trainer.args
     results = {
         "algorithm": recipe.algorithm.name,
         "model": recipe.model.model_name_or_path,
         "dataset": recipe.args.dataset_name or recipe.args.dataset,
         "profile": recipe.args.profile,
-        "world_size": recipe.world_size,
-        "effective_batch_size": recipe.args.effective_batch_size,
-        "per_device_train_batch_size": recipe.training.per_device_train_batch_size,
-        "gradient_accumulation_steps": recipe.training.gradient_accumulation_steps,
-        "steps": steps,
+        "world_size": args.world_size,
+        "effective_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "steps": trainer.state.global_step,
         "interrupted": interrupted,
         "wall_seconds": round(wall_seconds, 2),
         "final_metrics": last_values(rows),

@@ -30,7 +30,8 @@ def prepare_output_dir(recipe: Recipe) -> tuple[Path, Path | None]:
                 "Checkpoints are written on Ctrl-C/SIGTERM and every `save_steps` when save_strategy is 'steps'."
             )
         checkpoint_step(checkpoint)  # validates the name
-    elif (output_dir / "config.yaml").exists() and not recipe.args.overwrite:
+    # Only the main process judges: the others would see the config.yaml it has just written.
+    elif is_main_process() and (output_dir / "config.yaml").exists() and not recipe.args.overwrite:
         raise RecipeError(
             f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
             "or pick another --output_dir."

@@ -194,7 +194,10 @@ def read_ui_export_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
     out = frame[[UI_STEP_COLUMN, *parsed]].rename(
         columns={UI_STEP_COLUMN: API_STEP_COLUMN, **{c: m for c, (_, m) in parsed.items()}}
     )
-    return _numeric_columns(out)
+    out = _numeric_columns(out)
+    # Steps where only the other runs of the chart have a point are not rows of this run.
+    metrics = [c for c in out.columns if c != API_STEP_COLUMN]
+    return out.dropna(subset=metrics, how="all")
 
 
 def read_reference_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:

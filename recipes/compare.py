@@ -1,0 +1,103 @@
+"""Compare runs with the RLHF book's published runs, or several runs with each other.
+
+    python recipes/compare.py outputs/grpo-run --reference grpo
+    python recipes/compare.py outputs/grpo-run --reference grpo --reference-csv avg_total.csv loss.csv
+    python recipes/compare.py outputs/dpo outputs/ipo outputs/kto
+
+Writes compare.png, compare.txt and compare.json into --out (default: <first run>/compare/)
+and prints the table. The work is done in rlhf_recipes/compare/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+try:
+    import rlhf_recipes  # noqa: F401
+except ImportError:  # run as a script from a checkout that is not pip-installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlhf_recipes.compare import CompareError, compare_local_runs, compare_with_reference
+from rlhf_recipes.compare.references import published_algorithms
+from rlhf_recipes.compare.table import print_table
+from rlhf_recipes.compare.verdict import WINDOW_FRACTION
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (--output_dir of run.py)")
+    parser.add_argument(
+        "--reference",
+        metavar="ALGORITHM",
+        help="compare with the book's run of this algorithm; published: "
+        + ", ".join(published_algorithms()),
+    )
+    parser.add_argument(
+        "--reference-csv",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="reference history exported from wandb (chart CSVs or an API history CSV) "
+        "instead of fetching; the algorithm is --reference or the run's own",
+    )
+    parser.add_argument(
+        "--reference-run",
+        metavar="NAME",
+        help="run name to read from a chart CSV that holds several runs",
+    )
+    parser.add_argument("--out", type=Path, help="output folder (default: <first run>/compare/)")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="metrics to show, our or the book's names; globs allowed (rewards/*/mean)",
+    )
+    parser.add_argument(
+        "--offline", action="store_true", help="never contact wandb; use the cache or CSVs"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=WINDOW_FRACTION,
+        help="final fraction of steps the table averages (default: %(default)s)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not 0 < args.window <= 1:
+        print("--window must be in (0, 1].", file=sys.stderr)
+        return 2
+    try:
+        if args.reference or args.reference_csv:
+            report = compare_with_reference(
+                args.runs,
+                reference=args.reference,
+                reference_csvs=args.reference_csv,
+                reference_run=args.reference_run,
+                out_dir=args.out,
+                metrics=args.metrics,
+                offline=args.offline,
+                fraction=args.window,
+            )
+        else:
+            report = compare_local_runs(
+                args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window
+            )
+    except CompareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print_table(report.headers, report.rows, report.title)
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"figure: {report.figure}\ntable: {report.table_file}\nnumbers: {report.summary_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""The two comparisons the CLI offers, from run folders to figure, table and JSON.
+
+- compare_with_reference: runs against the book's published run of an algorithm.
+- compare_local_runs: several local runs in one figure and one table ("compare all methods").
+Both write into `out_dir`: compare.png, compare.txt (table + notes), compare.json (numbers).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlhf_recipes.compare import plot, wandb_source
+from rlhf_recipes.compare.align import (
+    AlignedReference,
+    align_reference,
+    expand_metric_patterns,
+    resolve_run_metric,
+)
+from rlhf_recipes.compare.errors import CompareError
+from rlhf_recipes.compare.load import LocalRun, ReferenceHistory, load_reference_csvs, load_runs
+from rlhf_recipes.compare.references import (
+    LOCAL_KEY_METRICS,
+    SPECS,
+    ReferenceSpec,
+    lookup,
+    published_algorithms,
+)
+from rlhf_recipes.compare.table import local_table, reference_table, render_plain
+from rlhf_recipes.compare.verdict import (
+    BAND_SIGMAS,
+    WINDOW_FRACTION,
+    Comparison,
+    compare_to_reference,
+    final_mean,
+)
+
+FIGURE_NAME = "compare.png"
+TABLE_NAME = "compare.txt"
+SUMMARY_NAME = "compare.json"
+
+
+@dataclass
+class CompareReport:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    figure: Path
+    table_file: Path
+    summary_file: Path
+    notes: list[str] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    local_means: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+# --- finding the reference ----------------------------------------------------------------
+
+
+def _reference_spec(runs: list[LocalRun], reference: str | None) -> ReferenceSpec:
+    name = reference or runs[0].algorithm
+    if name is None:
+        raise CompareError(
+            f"Cannot tell which algorithm {runs[0].path} trained (no 'algorithm' in its "
+            "final_results.json or config.yaml). Pass --reference ALGORITHM."
+        )
+    spec = lookup(name)
+    if spec is None:
+        raise CompareError(
+            f"The book has no algorithm named {name!r}. Known: {', '.join(sorted(SPECS))}."
+        )
+    return spec
+
+
+def _cached_or_fetched(
+    spec: ReferenceSpec, run_arg: str, offline: bool, cache_dir: Path
+) -> ReferenceHistory:
+    if spec.run_id is None:
+        raise CompareError(
+            f"The book publishes no wandb run for {spec.algorithm} (book.md lists runs for "
+            f"{', '.join(published_algorithms())}). To compare with a run of the book's code "
+            f"that you made, export its history as CSV and pass --reference-csv PATH "
+            f"--reference {spec.algorithm}."
+        )
+    path = wandb_source.cache_path(spec, cache_dir)
+    if path.exists():
+        history = load_reference_csvs([path])
+        history.source = f"{path} (cached from wandb {spec.wandb_path})"
+        return history
+    book_metrics = [name for mm in spec.metrics for name in mm.book[:1]]
+    help_text = wandb_source.export_instructions(spec, run_arg, book_metrics)
+    if offline:
+        raise CompareError(f"{path} is not cached and --offline forbids fetching it.\n{help_text}")
+    ok, reason = wandb_source.network_available()
+    if not ok:
+        raise CompareError(
+            f"No reference data for {spec.algorithm}: {path} is not cached, and the wandb "
+            f"API is not reachable from here ({reason}).\n{help_text}"
+        )
+    try:
+        wandb_source.fetch_and_cache(spec, cache_dir)
+    except CompareError:
+        raise
+    except Exception as exc:  # auth, HTTP, missing run: report it with the fallback steps
+        raise CompareError(
+            f"Fetching wandb run {spec.wandb_path} failed: {exc.__class__.__name__}: {exc}\n"
+            f"{help_text}"
+        ) from exc
+    history = load_reference_csvs([path])
+    history.source = f"{path} (fetched now from wandb {spec.wandb_path})"
+    return history
+
+
+def _check_families(runs: list[LocalRun], spec: ReferenceSpec, notes: list[str]) -> None:
+    for run in runs:
+        run_spec = lookup(run.algorithm) if run.algorithm else None
+        if run_spec is None:
+            notes.append(f"{run.label}: algorithm {run.algorithm!r} unknown; compared as {spec.family}.")
+        elif run_spec.family != spec.family:
+            raise CompareError(
+                f"{run.label} is a {run_spec.family} run ({run.algorithm}) but the reference "
+                f"{spec.algorithm} is {spec.family}: their metrics do not correspond. Pick a "
+                "reference of the same family with --reference."
+            )
+
+
+# --- comparing ----------------------------------------------------------------------------
+
+
+def _wanted(patterns: list[str] | None, *names: str) -> bool:
+    return patterns is None or any(fnmatch.fnmatch(n, p) for p in patterns for n in names)
+
+
+def _compare_metric(
+    metric_name: str,
+    aligned: AlignedReference,
+    runs: list[LocalRun],
+    fraction: float,
+    notes: list[str],
+) -> tuple[list[Comparison], plot.Panel | None]:
+    am = aligned.metrics[metric_name]
+    ref_line = plot.Line(f"book ({am.book})", am.steps, am.values, reference=True)
+    panel = plot.Panel(title=f"{am.ours}  [book: {am.book}{', ' + am.spec.note if am.spec.note else ''}]",
+                       lines=[ref_line])
+    comparisons = []
+    for run in runs:
+        column, note = resolve_run_metric(list(run.history.columns), am.spec)
+        if note:
+            notes.append(f"{run.label}: {note}")
+        if column is None:
+            continue
+        steps, values = run.series(column)
+        c = compare_to_reference(am.ours, run.label, (steps, values), (am.steps, am.values), fraction)
+        comparisons.append(c)
+        panel.lines.append(plot.Line(run.label, steps, values))
+        if c.window is not None and c.within is not None:
+            panel.bands.append(plot.Band(c.window[0], c.window[1], c.reference, c.band))
+    return comparisons, (panel if comparisons else None)
+
+
+def compare_with_reference(
+    run_dirs: list[Path],
+    reference: str | None = None,
+    reference_csvs: list[Path] | None = None,
+    reference_run: str | None = None,
+    out_dir: Path | None = None,
+    metrics: list[str] | None = None,
+    offline: bool = False,
+    fraction: float = WINDOW_FRACTION,
+    cache_dir: Path = wandb_source.REFERENCE_DIR,
+) -> CompareReport:
+    runs = load_runs(run_dirs)
+    spec = _reference_spec(runs, reference)
+    notes: list[str] = []
+    _check_families(runs, spec, notes)
+    if reference_csvs:
+        history = load_reference_csvs(reference_csvs, reference_run)
+    else:
+        history = _cached_or_fetched(spec, str(run_dirs[0]), offline, cache_dir)
+    aligned = align_reference(history, spec)
+    notes[:0] = [
+        f"reference: {history.source}",
+        f"x-axis: {aligned.x_mapping}",
+        f"yours/reference: means over the last {fraction:.0%} of the steps both runs cover; "
+        f"band = {BAND_SIGMAS:g} x the reference's step-to-step noise there",
+    ]
+    notes.extend(aligned.notes)
+
+    comparisons: list[Comparison] = []
+    panels: list[plot.Panel] = []
+    for name, am in aligned.metrics.items():
+        if not _wanted(metrics, name, am.book):
+            continue
+        found, panel = _compare_metric(name, aligned, runs, fraction, notes)
+        comparisons.extend(found)
+        if panel:
+            panels.append(panel)
+    if not comparisons:
+        raise CompareError(_nothing_in_common(runs, aligned, metrics))
+
+    out = Path(out_dir) if out_dir else runs[0].path / "compare"
+    title = f"{', '.join(r.label for r in runs)} vs the book's {spec.algorithm}"
+    if spec.run_id:
+        title += f" ({spec.wandb_path})"
+    book_names = {name: am.book for name, am in aligned.metrics.items()}
+    headers, rows = reference_table(comparisons, book_names, several_runs=len(runs) > 1)
+    report = CompareReport(
+        title=title,
+        headers=headers,
+        rows=rows,
+        figure=plot.draw(panels, out / FIGURE_NAME, title),
+        table_file=out / TABLE_NAME,
+        summary_file=out / SUMMARY_NAME,
+        notes=notes,
+        comparisons=comparisons,
+    )
+    summary = {
+        "mode": "reference",
+        "reference": {
+            "algorithm": spec.algorithm,
+            "wandb_path": spec.wandb_path,
+            "source": history.source,
+            "x_mapping": aligned.x_mapping,
+        },
+        "comparisons": [asdict(c) for c in comparisons],
+    }
+    _write_outputs(report, runs, summary, fraction)
+    return report
+
+
+def _nothing_in_common(runs: list[LocalRun], aligned: AlignedReference, metrics: list[str] | None) -> str:
+    ours = sorted({c for r in runs for c in r.history.columns})
+    return (
+        "No metric to compare. The reference provides (in our names): "
+        f"{', '.join(aligned.metrics) or 'nothing'}; your run(s) log: {', '.join(ours)}"
+        + (f"; --metrics asked for: {', '.join(metrics)}" if metrics else "")
+        + ". If a reward function is named differently, fix REWARD_FUNCTION_NAMES in "
+        "rlhf_recipes/compare/references.py."
+    )
+
+
+def _local_patterns(runs: list[LocalRun]) -> list[str]:
+    families = []
+    for run in runs:
+        spec = lookup(run.algorithm) if run.algorithm else None
+        if spec and spec.family not in families:
+            families.append(spec.family)
+    if not families:  # no run says what it is: offer every family's key metrics
+        families = list(LOCAL_KEY_METRICS)
+    return [p for family in families for p in LOCAL_KEY_METRICS[family]]
+
+
+def compare_local_runs(
+    run_dirs: list[Path],
+    out_dir: Path | None = None,
+    metrics: list[str] | None = None,
+    fraction: float = WINDOW_FRACTION,
+) -> CompareReport:
+    runs = load_runs(run_dirs)
+    columns: list[str] = []
+    for run in runs:
+        columns.extend(c for c in run.history.columns if c not in columns)
+    selected = expand_metric_patterns(metrics or _local_patterns(runs), columns)
+    if not selected:
+        raise CompareError(
+            f"None of the metrics {', '.join(metrics or _local_patterns(runs))} is logged by "
+            f"these runs; they log: {', '.join(columns)}. Choose with --metrics."
+        )
+
+    panels, means = [], {}
+    for metric in selected:
+        panel = plot.Panel(title=metric, lines=[])
+        for run in runs:
+            steps, values = run.series(metric)
+            if len(steps):
+                panel.lines.append(plot.Line(run.label, steps, values))
+                means[(metric, run.label)] = final_mean(steps, values, fraction)[0]
+        panels.append(panel)
+
+    out = Path(out_dir) if out_dir else runs[0].path / "compare"
+    labels = [r.label for r in runs]
+    title = f"{' vs '.join(labels)}  (table: mean over each run's last {fraction:.0%} of steps)"
+    headers, rows = local_table(selected, labels, means)
+    report = CompareReport(
+        title=title,
+        headers=headers,
+        rows=rows,
+        figure=plot.draw(panels, out / FIGURE_NAME, title),
+        table_file=out / TABLE_NAME,
+        summary_file=out / SUMMARY_NAME,
+        local_means=means,
+    )
+    summary = {
+        "mode": "local",
+        "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected},
+    }
+    _write_outputs(report, runs, summary, fraction)
+    return report
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN is not JSON: write null instead."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _write_outputs(report: CompareReport, runs: list[LocalRun], summary: dict, fraction: float) -> None:
+    summary = {
+        **summary,
+        "runs": [{"label": r.label, "path": str(r.path), "algorithm": r.algorithm} for r in runs],
+        "window_fraction": fraction,
+        "band_sigmas": BAND_SIGMAS,
+        "notes": report.notes,
+        "figure": str(report.figure),
+    }
+    report.summary_file.write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    text = render_plain(report.headers, report.rows, report.title)
+    if report.notes:
+        text += "\n\nNotes:\n" + "\n".join(f"- {n}" for n in report.notes)
+    report.table_file.write_text(text + "\n")

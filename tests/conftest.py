@@ -1,0 +1,67 @@
+"""Shared helpers: run a recipe in this process (fast) or as real processes (accelerate, gloo)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+sys.path.insert(0, str(ROOT))
+
+# Tests never reach a network: fail fast instead of waiting on the hub or wandb.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("recipes_run", RECIPES / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_recipe(recipe: str | Path, output_dir: Path, *extra: str, expect: int = 0) -> dict:
+    """Run `recipes/run.py RECIPE --profile tiny --output_dir OUT EXTRA...` in this process.
+
+    Returns final_results.json (or {} when the run was expected to fail).
+    """
+    argv = [str(RECIPES / recipe) if not Path(recipe).is_absolute() else str(recipe),
+            "--profile", "tiny", "--output_dir", str(output_dir), *extra]
+    code = _run_module().main(argv)
+    assert code == expect, f"run.py {' '.join(argv)} exited {code}, expected {expect}"
+    path = output_dir / "final_results.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def read_metrics(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Real multi-process run: `accelerate launch --config_file accelerate_configs/cpu/CONFIG recipes/run.py ...`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "accelerate_configs" / "cpu" / config), "--main_process_port", env["MASTER_PORT"],
+           str(RECIPES / "run.py"), str(RECIPES / recipe), "--profile", "tiny", "--output_dir", str(output_dir), *extra]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(cmd)}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-6000:]}"
+    return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tiny_cache(tmp_path_factory):
+    """One tiny model build per test session, in a private cache dir unless one is given."""
+    if "RLHF_RECIPES_CACHE" not in os.environ:
+        os.environ["RLHF_RECIPES_CACHE"] = str(tmp_path_factory.mktemp("rlhf-cache"))
+    from rlhf_recipes.tiny import tiny_model_path
+
+    return tiny_model_path()

@@ -1,0 +1,487 @@
+"""recipes/compare.py: reference runs mapped onto our axes, verdicts, and run-vs-run views.
+
+All offline. The wandb histories under tests/fixtures/wandb/ are constructed (see
+make_fixtures.py there): they copy the layouts of wandb's exports, not any book data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlhf_recipes.compare import CompareError, compare_local_runs, compare_with_reference
+from rlhf_recipes.compare import wandb_source
+from rlhf_recipes.compare.align import (
+    align_reference,
+    book_step_to_optimizer_step,
+    count_optimizer_steps,
+)
+from rlhf_recipes.compare.load import load_reference_csvs, read_metrics_jsonl
+from rlhf_recipes.compare.references import SPECS, lookup, optimizer_steps_per_rollout
+from rlhf_recipes.compare.verdict import (
+    OUTSIDE,
+    WITHIN,
+    compare_to_reference,
+    final_mean,
+    noise_sigma,
+    shared_window,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "wandb"
+API_GRPO = FIXTURES / "api_history_grpo.csv"
+UI_AVG_TOTAL = FIXTURES / "ui_export_grpo_avg_total.csv"
+UI_LOSS = FIXTURES / "ui_export_grpo_loss.csv"
+UI_TWO_RUNS = FIXTURES / "ui_export_two_runs_avg_total.csv"
+API_DPO = FIXTURES / "api_history_dpo.csv"
+ROLLOUTS, K = 40, 4  # the constructed grpo history: 40 rollouts x 4 optimizer steps
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """No test may reach wandb: the probe says offline and a fetch fails loudly."""
+    monkeypatch.setattr(wandb_source, "network_available", lambda timeout=0: (False, "tests run offline"))
+
+    def _refuse(path):
+        raise AssertionError(f"a test tried to fetch {path} from wandb")
+
+    monkeypatch.setattr(wandb_source, "fetch_history", _refuse)
+
+
+# --- helpers: runs in the recipe runner's exact output format -----------------------------
+
+
+def write_run(run_dir: Path, algorithm: str, rows: list[dict]) -> Path:
+    """metrics.jsonl rows as TrainerCallback.on_log writes them, plus the closing summary
+    row, final_results.json and config.yaml."""
+    run_dir.mkdir(parents=True)
+    last = max(r["step"] for r in rows)
+    summary = {"step": last, "epoch": 1.0, "train_runtime": 12.3, "train_loss": 0.5,
+               "train_samples_per_second": 9.9, "total_flos": 0.0}
+    with (run_dir / "metrics.jsonl").open("w") as f:
+        for row in [*rows, summary]:
+            f.write(json.dumps(row) + "\n")
+    final = {"algorithm": algorithm, "model": "tiny", "dataset": "fixture", "world_size": 1,
+             "effective_batch_size": 8, "steps": last, "wall_seconds": 12.3,
+             "final_metrics": {}, "profile": "tiny"}
+    (run_dir / "final_results.json").write_text(json.dumps(final))
+    (run_dir / "config.yaml").write_text(f"algorithm: {algorithm}\n")
+    return run_dir
+
+
+def grpo_rows_from_fixture(reward_shift: float = 0.0) -> list[dict]:
+    """Our GRPO run that logged exactly the constructed reference: TRL logs a generation's
+    rewards on the first optimizer step that trains on it, in the same row as that step's loss."""
+    ref = pd.read_csv(API_GRPO).set_index("_step")
+    rows = []
+    for r in range(ROLLOUTS):
+        reward_row = ref.loc[r * (K + 1)]
+        for j in range(1, K + 1):
+            update_row = ref.loc[r * (K + 1) + j]
+            row = {"step": r * K + j, "epoch": 0.1, "loss": update_row["loss"],
+                   "grad_norm": update_row["grad_norm"], "learning_rate": 5e-6}
+            if j == 1:
+                row.update({
+                    "reward": reward_row["avg_total"] + reward_shift,
+                    "reward_std": 0.1,
+                    "rewards/correctness_reward/mean": reward_row["avg_correctness"],
+                    "rewards/format_reward/mean": reward_row["avg_format"],
+                    "completions/mean_length": 100.0,
+                })
+            rows.append(row)
+    return rows
+
+
+def da_rows(steps: int, accuracy_end: float, kl: bool = False) -> list[dict]:
+    rows = []
+    for s in range(1, steps + 1):
+        row = {"step": s, "epoch": s / steps, "loss": 0.7 - 0.01 * s, "grad_norm": 1.0,
+               "learning_rate": 5e-6, "rewards/chosen": 0.01 * s, "rewards/rejected": -0.01 * s,
+               "rewards/margins": 0.02 * s, "rewards/accuracies": 0.5 + (accuracy_end - 0.5) * s / steps,
+               "logps/chosen": -100.0, "logps/rejected": -120.0}
+        if kl:
+            row["kl"] = 0.001 * s
+        rows.append(row)
+    return rows
+
+
+# --- references.py: transcribed facts ------------------------------------------------------
+
+
+def test_published_run_ids_match_book_md():
+    expected = {"reinforce": "0uqbq4oz", "rloo": "07xeasn8", "ppo": "ku3r3g9j", "grpo": "vjp7lgdi",
+                "drgrpo": "a1swuynq", "gspo": "10sxytli", "cispo": "6dg0m06n", "sapo": "79608nwk",
+                "dapo": "db1pipip", "maxrl": "fdowf1se", "preference_rm": "1g3y9bcc",
+                "orm": "3gkoqb7f", "prm": "iv4d966d", "sft": "nybj8sdx"}
+    assert {a: s.run_id for a, s in SPECS.items() if s.run_id} == expected
+    assert lookup("grpo").wandb_path == "rlhf-book/core/vjp7lgdi"
+    assert lookup("dr_grpo").algorithm == "drgrpo"
+    assert lookup("dpo").run_id is None  # the book publishes no direct-alignment run
+
+
+def test_optimizer_steps_per_rollout_follow_the_books_loop():
+    # buffer / micro-batch 2 / 4 micro-batches per step
+    assert optimizer_steps_per_rollout(4, 8) == 4
+    assert optimizer_steps_per_rollout(8, 1) == 1  # reinforce
+    assert optimizer_steps_per_rollout(16, 1) == 2  # ppo
+
+
+def test_book_step_formula_places_reward_rows_on_the_first_step_of_their_rollout():
+    # k=4: steps 0..9 are R U U U U R U U U U
+    assert book_step_to_optimizer_step(np.arange(10), 4).tolist() == [1, 1, 2, 3, 4, 5, 5, 6, 7, 8]
+    # reinforce, k=1: R U R U
+    assert book_step_to_optimizer_step(np.arange(4), 1).tolist() == [1, 1, 2, 2]
+    is_update = np.array([False, True, True, False, True, False])
+    assert count_optimizer_steps(is_update).tolist() == [1, 1, 2, 3, 3, 4]
+
+
+# --- load.py + align.py on the fixture CSVs -------------------------------------------------
+
+
+def _expected_grpo():
+    ref = pd.read_csv(API_GRPO)
+    rollout_rows = ref[ref["avg_total"].notna()]
+    update_rows = ref[ref["loss"].notna()]
+    reward_steps = [r * K + 1 for r in range(ROLLOUTS)]
+    return reward_steps, rollout_rows, update_rows
+
+
+def test_api_history_csv_maps_names_and_counts_optimizer_steps():
+    history = load_reference_csvs([API_GRPO])
+    assert history.complete
+    assert "_runtime" not in history.frame.columns  # bookkeeping dropped
+    aligned = align_reference(history, lookup("grpo"))
+    assert aligned.x_mapping.startswith("counted")
+    reward_steps, rollout_rows, update_rows = _expected_grpo()
+
+    reward = aligned.metrics["reward"]
+    assert reward.book == "avg_total"
+    assert reward.steps.tolist() == reward_steps
+    np.testing.assert_allclose(reward.values, rollout_rows["avg_total"])
+    corr = aligned.metrics["rewards/correctness_reward/mean"]
+    np.testing.assert_allclose(corr.values, rollout_rows["avg_correctness"])
+    loss = aligned.metrics["loss"]
+    assert loss.steps.tolist() == list(range(1, ROLLOUTS * K + 1))
+    np.testing.assert_allclose(loss.values, update_rows["loss"])
+    assert "rewards/penalty_reward/mean" not in aligned.metrics  # not logged: not invented
+
+
+def test_ui_exports_of_two_charts_merge_into_the_same_alignment():
+    history = load_reference_csvs([UI_AVG_TOTAL, UI_LOSS])
+    assert set(history.frame.columns) == {"_step", "avg_total", "loss"}
+    aligned = align_reference(history, lookup("grpo"))
+    api = align_reference(load_reference_csvs([API_GRPO]), lookup("grpo"))
+    for metric in ("reward", "loss"):
+        np.testing.assert_array_equal(aligned.metrics[metric].steps, api.metrics[metric].steps)
+        np.testing.assert_allclose(aligned.metrics[metric].values, api.metrics[metric].values)
+
+
+def test_single_ui_chart_uses_the_rollout_structure_formula():
+    history = load_reference_csvs([UI_AVG_TOTAL])
+    assert not history.complete  # only every 5th wandb step: counting is impossible
+    aligned = align_reference(history, lookup("grpo"))
+    assert "s // 5" in aligned.x_mapping
+    assert aligned.metrics["reward"].steps.tolist() == _expected_grpo()[0]
+
+
+def test_sampled_loss_export_still_lands_on_the_right_optimizer_steps(tmp_path):
+    # wandb's UI samples long histories; keep every 3rd loss point of the export.
+    ui = pd.read_csv(UI_LOSS)
+    sampled = ui.iloc[::3]
+    path = tmp_path / "loss_sampled.csv"
+    sampled.to_csv(path, index=False)
+    aligned = align_reference(load_reference_csvs([path]), lookup("grpo"))
+    full = align_reference(load_reference_csvs([API_GRPO]), lookup("grpo")).metrics["loss"]
+    expected = dict(zip(full.steps, full.values))
+    got = aligned.metrics["loss"]
+    assert len(got.steps) == len(sampled)
+    for step, value in zip(got.steps, got.values):
+        assert expected[step] == pytest.approx(value)
+
+
+def test_reward_row_spacing_in_the_data_overrides_a_wrong_structure(tmp_path):
+    # A reinforce-shaped export (1 optimizer step per rollout: R U R U ...) given as grpo.
+    path = tmp_path / "r.csv"
+    pd.DataFrame({"Step": [0, 2, 4, 6], "x - avg_total": [1.0, 2.0, 3.0, 4.0]}).to_csv(path, index=False)
+    aligned = align_reference(load_reference_csvs([path]), lookup("grpo"))
+    assert aligned.metrics["reward"].steps.tolist() == [1, 2, 3, 4]
+    assert any("2 wandb steps apart" in n for n in aligned.notes)
+
+
+def test_ui_export_with_two_runs_needs_a_run_name():
+    with pytest.raises(CompareError, match="constructed-grpo, constructed-other"):
+        load_reference_csvs([UI_TWO_RUNS])
+    history = load_reference_csvs([UI_TWO_RUNS], run_name="constructed-other")
+    # The other run's points sit at steps 2, 7, ... (empty cells elsewhere were dropped).
+    assert history.frame["_step"].tolist()[:3] == [2, 7, 12]
+    mine = load_reference_csvs([UI_TWO_RUNS], run_name="constructed-grpo")
+    np.testing.assert_allclose(mine.frame["avg_total"], pd.read_csv(UI_AVG_TOTAL).iloc[:, 1])
+
+
+def test_csv_without_a_step_column_explains_how_to_export(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text('"Relative Time (Process)","x - avg_total"\n1.0,0.5\n')
+    with pytest.raises(CompareError, match="X axis = Step"):
+        load_reference_csvs([path])
+
+
+def test_direct_alignment_rescalings_are_applied():
+    history = load_reference_csvs([API_DPO])
+    assert "samples" not in history.frame.columns  # a table blob is not a metric
+    raw = pd.read_csv(API_DPO)
+    dpo = align_reference(history, lookup("dpo")).metrics
+    assert dpo["grad_norm"].steps.tolist() == list(range(1, 31))  # step=global_step: identity
+    np.testing.assert_allclose(dpo["grad_norm"].values, raw["grad_norm"] * 8)  # x accumulation
+    np.testing.assert_allclose(dpo["rewards/margins"].values, raw["margins"])
+    np.testing.assert_allclose(dpo["rewards/accuracies"].values, raw["accuracy"])
+    simpo = align_reference(history, lookup("simpo")).metrics
+    np.testing.assert_allclose(simpo["rewards/margins"].values, raw["margins"] * 2.0)  # x beta
+    cdpo = align_reference(history, lookup("cdpo")).metrics
+    np.testing.assert_allclose(cdpo["grad_norm"].values, raw["grad_norm"] * 4)
+
+
+def test_reward_model_names_map_by_rule(tmp_path):
+    path = tmp_path / "rm.csv"
+    pd.DataFrame({"_step": [1, 2, 25], "train/accuracy": [0.5, 0.6, None],
+                  "train/reward_margin": [0.1, 0.2, None], "val/accuracy": [None, None, 0.7],
+                  "val/step_accuracy": [None, None, 0.4]}).to_csv(path, index=False)
+    metrics = align_reference(load_reference_csvs([path]), lookup("prm")).metrics
+    assert metrics["accuracy"].values.tolist() == [0.5, 0.6]
+    assert metrics["margin"].values.tolist() == [0.1, 0.2]
+    assert metrics["eval_accuracy"].steps.tolist() == [25]
+    assert metrics["eval_step_accuracy"].values.tolist() == [0.4]  # val/* -> eval_* by rule
+
+
+def test_metrics_jsonl_merges_eval_rows_and_keeps_the_summary_apart(tmp_path):
+    run = write_run(tmp_path / "rm", "preference_rm", [
+        {"step": 1, "epoch": 0.5, "loss": 0.7, "accuracy": 0.5, "margin": 0.0},
+        {"step": 2, "epoch": 1.0, "loss": 0.6, "accuracy": 0.75, "margin": 0.3},
+        {"step": 2, "epoch": 1.0, "eval_loss": 0.65, "eval_accuracy": 0.6},
+    ])
+    frame = read_metrics_jsonl(run / "metrics.jsonl")
+    assert frame.loc[2, "accuracy"] == 0.75 and frame.loc[2, "eval_accuracy"] == 0.6
+    assert frame["loss"].dropna().tolist() == [0.7, 0.6]  # the summary row has train_loss only
+
+
+# --- verdict.py ------------------------------------------------------------------------------
+
+
+def _noisy_ramp(n: int, sigma: float, seed: int, slope: float = 0.01):
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1, dtype=float)
+    return steps, 1.0 + slope * steps + rng.normal(0, sigma, n)
+
+
+def test_noise_sigma_sees_the_noise_not_the_trend():
+    _, values = _noisy_ramp(2000, sigma=0.1, seed=0, slope=0.01)
+    assert np.std(values) > 5  # the ramp dominates the raw spread ...
+    assert noise_sigma(values) == pytest.approx(0.1, rel=0.1)  # ... but not the estimate
+    assert np.isnan(noise_sigma(np.array([1.0, 2.0])))
+
+
+def test_copy_of_the_reference_is_within_and_a_shifted_one_is_not():
+    ref = _noisy_ramp(500, sigma=0.05, seed=1)
+    copy = compare_to_reference("reward", "copy", ref, ref)
+    assert copy.verdict == WITHIN and copy.diff == 0.0
+    assert copy.window == (450.1, 500.0)
+    assert copy.n_reference == 50
+    sigma = noise_sigma(ref[1][ref[0] >= 450.1])
+    assert copy.sigma == pytest.approx(sigma) and copy.band == pytest.approx(2 * sigma)
+
+    shifted = compare_to_reference("reward", "shifted", (ref[0], ref[1] + 5 * sigma), ref)
+    assert shifted.verdict == OUTSIDE and shifted.diff == pytest.approx(5 * sigma)
+    nudged = compare_to_reference("reward", "nudged", (ref[0], ref[1] + 1 * sigma), ref)
+    assert nudged.verdict == WITHIN  # one sigma is inside a two-sigma band
+
+    # Another noisy draw of the same curve (another seed) stays within the band.
+    other = _noisy_ramp(500, sigma=0.05, seed=2)
+    assert compare_to_reference("reward", "seed2", other, ref).verdict == WITHIN
+
+
+def test_a_shorter_run_is_compared_where_it_stopped():
+    ref = (np.arange(1, 1001, dtype=float), np.arange(1, 1001, dtype=float) / 1000)
+    short = (ref[0][:100], ref[1][:100])
+    assert shared_window(short[0], ref[0]) == pytest.approx((90.1, 100.0))
+    c = compare_to_reference("reward", "short", short, ref)
+    assert c.reference == pytest.approx(np.mean(np.arange(91, 101) / 1000))
+    assert c.within  # the same curve, judged at step 100, not at the book's step 1000
+
+
+def test_flat_reference_copy_is_within_and_too_few_points_get_no_verdict():
+    flat = (np.arange(1.0, 11.0), np.ones(10))
+    assert compare_to_reference("acc", "r", flat, flat).within is True
+    assert compare_to_reference("acc", "r", (flat[0], flat[1] + 0.01), flat).within is False
+    sparse = (np.array([1.0, 5.0]), np.array([0.1, 0.2]))
+    c = compare_to_reference("acc", "r", flat, sparse)
+    assert c.within is None and c.verdict.startswith("n/a")
+    assert compare_to_reference("acc", "r", (np.array([50.0]), np.array([1.0])), flat).verdict.startswith("n/a")
+
+
+def test_final_mean_uses_each_runs_own_last_tenth():
+    steps = np.arange(1.0, 101.0)
+    assert final_mean(steps, steps) == (pytest.approx(np.mean(np.arange(91, 101))), 10)
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def test_run_vs_reference_csv_end_to_end(tmp_path):
+    same = write_run(tmp_path / "grpo-same", "grpo", grpo_rows_from_fixture())
+    shifted = write_run(tmp_path / "grpo-shifted", "grpo", grpo_rows_from_fixture(reward_shift=1.0))
+    report = compare_with_reference([same, shifted], reference="grpo", reference_csvs=[API_GRPO],
+                                    out_dir=tmp_path / "out")
+    verdicts = {(c.metric, c.run): c for c in report.comparisons}
+    for metric in ("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                   "loss", "grad_norm"):
+        assert verdicts[(metric, "grpo-same")].verdict == WITHIN
+        assert verdicts[(metric, "grpo-same")].diff == pytest.approx(0.0, abs=1e-12)
+    assert verdicts[("reward", "grpo-shifted")].verdict == OUTSIDE
+    assert verdicts[("reward", "grpo-shifted")].diff == pytest.approx(1.0)
+    assert verdicts[("loss", "grpo-shifted")].verdict == WITHIN
+    # Window: last 10% of steps 1..160 -> [144.1, 160]; reward rows at 145, 149, 153, 157.
+    ref = pd.read_csv(API_GRPO)
+    expected_ref = ref.loc[ref["_step"].isin([180, 185, 190, 195]), "avg_total"].mean()
+    assert verdicts[("reward", "grpo-same")].reference == pytest.approx(expected_ref)
+
+    assert report.figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads(report.summary_file.read_text())
+    assert summary["reference"]["algorithm"] == "grpo"
+    assert summary["reference"]["x_mapping"].startswith("counted")
+    assert "within the reference's band" in report.table_file.read_text()
+
+
+def test_reward_function_named_differently_is_found_by_pattern(tmp_path):
+    rows = grpo_rows_from_fixture()
+    for row in rows:
+        if "rewards/correctness_reward/mean" in row:
+            row["rewards/spell_correctness/mean"] = row.pop("rewards/correctness_reward/mean")
+    run = write_run(tmp_path / "grpo", "grpo", rows)
+    report = compare_with_reference([run], reference_csvs=[API_GRPO], out_dir=tmp_path / "out")
+    assert any(c.metric == "rewards/correctness_reward/mean" and c.within for c in report.comparisons)
+    assert any("used rewards/spell_correctness/mean" in n for n in report.notes)
+
+
+def test_cached_reference_is_used_without_network(tmp_path):
+    cache = tmp_path / "reference_runs"
+    cache.mkdir()
+    shutil.copy(API_GRPO, cache / "grpo-vjp7lgdi.csv")
+    run = write_run(tmp_path / "grpo", "grpo", grpo_rows_from_fixture())
+    report = compare_with_reference([run], reference="grpo", cache_dir=cache, out_dir=tmp_path / "o")
+    assert all(c.within for c in report.comparisons)
+    assert "cached from wandb rlhf-book/core/vjp7lgdi" in report.notes[0]
+
+
+def test_no_network_and_no_csv_says_exactly_what_to_do(tmp_path):
+    run = write_run(tmp_path / "grpo", "grpo", grpo_rows_from_fixture())
+    with pytest.raises(CompareError) as err:
+        compare_with_reference([run], reference="grpo", cache_dir=tmp_path / "empty")
+    message = str(err.value)
+    assert "tests run offline" in message
+    assert "https://wandb.ai/rlhf-book/core/runs/vjp7lgdi" in message
+    assert "--reference-csv" in message and "Export" in message
+    assert "grpo-vjp7lgdi.csv" in message
+    assert not (tmp_path / "empty").exists()  # nothing pretends to be a reference
+
+
+def test_fetch_once_then_cache(tmp_path, monkeypatch):
+    # What scan_history yields: only the keys logged in that row, plus wandb's own.
+    ref = pd.read_csv(API_GRPO, index_col=0)
+    rows = [{k: v for k, v in r.items() if pd.notna(v)} for r in ref.to_dict("records")]
+    rows[0]["samples"] = {"_type": "table-file", "path": "media/table/x.json"}
+    calls = []
+
+    def fake_fetch(path):
+        calls.append(path)
+        return wandb_source._history_frame(rows)
+
+    monkeypatch.setattr(wandb_source, "network_available", lambda timeout=0: (True, ""))
+    monkeypatch.setattr(wandb_source, "fetch_history", fake_fetch)
+    run = write_run(tmp_path / "grpo", "grpo", grpo_rows_from_fixture())
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        report = compare_with_reference([run], reference="grpo", cache_dir=cache, out_dir=tmp_path / "o")
+        assert all(c.within for c in report.comparisons)
+    assert calls == ["rlhf-book/core/vjp7lgdi"]  # fetched once, then read from the cache
+    cached = pd.read_csv(cache / "grpo-vjp7lgdi.csv")
+    assert "samples" not in cached.columns and len(cached) == ROLLOUTS * (K + 1)
+    source = json.loads((cache / "grpo-vjp7lgdi.source.json").read_text())
+    assert source["wandb_path"] == "rlhf-book/core/vjp7lgdi"
+
+
+def test_reference_for_an_algorithm_without_a_published_run(tmp_path):
+    run = write_run(tmp_path / "dpo", "dpo", da_rows(30, 0.8))
+    with pytest.raises(CompareError, match="publishes no wandb run for dpo"):
+        compare_with_reference([run], reference="dpo", cache_dir=tmp_path)
+    # ... but a CSV of the book's code run by the user works, with the DPO maps.
+    report = compare_with_reference([run], reference_csvs=[API_DPO], out_dir=tmp_path / "o")
+    assert {c.metric for c in report.comparisons} >= {"rewards/accuracies", "rewards/margins", "grad_norm"}
+
+
+def test_reference_of_another_family_is_refused(tmp_path):
+    run = write_run(tmp_path / "dpo", "dpo", da_rows(30, 0.8))
+    with pytest.raises(CompareError, match="direct_alignment run"):
+        compare_with_reference([run], reference="grpo", reference_csvs=[API_GRPO])
+
+
+def test_several_local_runs_in_one_figure_and_table(tmp_path):
+    runs = [write_run(tmp_path / name, name, da_rows(steps, acc, kl=(name == "kto")))
+            for name, steps, acc in (("dpo", 50, 0.8), ("ipo", 50, 0.9), ("kto", 40, 0.7))]
+    report = compare_local_runs(runs, out_dir=tmp_path / "all")
+    assert report.headers == ["metric", "dpo", "ipo", "kto"]
+    metrics = [row[0] for row in report.rows]
+    assert metrics[:2] == ["rewards/accuracies", "rewards/margins"] and "kl" in metrics
+    # dpo: last 10% of steps 1..50 = steps >= 45.1 -> 46..50
+    expected = np.mean([0.5 + 0.3 * s / 50 for s in range(46, 51)])
+    assert report.local_means[("rewards/accuracies", "dpo")] == pytest.approx(expected)
+    assert ("kl", "dpo") not in report.local_means  # only kto logs kl
+    summary = json.loads(report.summary_file.read_text())
+    assert summary["final_means"]["rewards/accuracies"]["kto"] == pytest.approx(
+        np.mean([0.5 + 0.2 * s / 40 for s in range(37, 41)]))
+    assert report.figure.stat().st_size > 10_000
+
+
+def test_cli_script_runs_and_reports_errors(tmp_path):
+    runs = [write_run(tmp_path / n, n, da_rows(20, 0.8)) for n in ("dpo", "ipo")]
+    env = {**os.environ, "PYTHONPATH": ""}  # the script must find the package by itself
+    done = subprocess.run([sys.executable, str(REPO / "recipes" / "compare.py"), *map(str, runs)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "rewards/accuracies" in done.stdout
+    assert (runs[0] / "compare" / "compare.png").exists()  # default --out: <first run>/compare
+
+    failed = subprocess.run([sys.executable, str(REPO / "recipes" / "compare.py"), str(runs[0]),
+                             "--reference", "dpo"], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=120)
+    assert failed.returncode == 2
+    assert "--reference-csv" in failed.stderr and "Traceback" not in failed.stderr
+
+
+# --- with the real runner ---------------------------------------------------------------------
+
+RUNNER = REPO / "recipes" / "run.py"
+
+
+@pytest.mark.skipif(not RUNNER.exists(), reason="WAITING FOR recipes/run.py: tiny-profile end-to-end compare not run")
+def test_tiny_profile_runs_compare_end_to_end(tmp_path):
+    outs = {name: tmp_path / name for name in ("dpo", "ipo")}
+    procs = [subprocess.Popen([sys.executable, str(RUNNER), str(REPO / "recipes" / f"{name}.yaml"),
+                               "--profile", "tiny", "--output_dir", str(out)],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name, out in outs.items()]
+    for proc in procs:  # both at once: the machine has two cores
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output[-3000:]
+    report = compare_local_runs(list(outs.values()), out_dir=tmp_path / "cmp")
+    assert report.headers == ["metric", "dpo", "ipo"]
+    assert "rewards/accuracies" in [row[0] for row in report.rows]
+    for (metric, run), value in report.local_means.items():
+        assert np.isfinite(value), (metric, run)
+    assert report.figure.read_bytes()[:4] == b"\x89PNG"
