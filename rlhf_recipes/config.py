@@ -77,6 +77,11 @@ class RecipeArgs:
         default=None,
         metadata={"help": "'latest' (or a checkpoint path) to continue an interrupted run in output_dir."},
     )
+    resolved_from: str | None = field(
+        default=None,
+        metadata={"help": "Set in a run's config.yaml: the recipe it was resolved from. Such a file is already "
+                  "resolved, so the profile overlay is not applied to it again."},
+    )
     overwrite: bool = field(
         default=False, metadata={"help": "Start over in an output_dir that already holds a run (its files are replaced)."}
     )
@@ -348,7 +353,9 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     layer(dict(algorithm.defaults), f"algorithm `{name}` defaults")
     layer(data, path)
     if profile == "tiny":
-        overlay = {**tiny_device_settings(), **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+        already_resolved = data.get("resolved_from") is not None
+        family_overlay = {} if already_resolved else {**getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+        overlay = {**family_overlay, **tiny_device_settings()}
         overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
@@ -358,6 +365,8 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
                 continue
             merged[k] = v
             origin[k] = "profile tiny"
+        for k in tiny_device_settings():
+            origin[k] = "profile tiny (device)"
     layer(cli, "command line")
     merged.setdefault("output_dir", default_output_dir(path, profile))
     origin.setdefault("output_dir", "default")
@@ -382,6 +391,12 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     training = _construct(config_class, typed["training"], path)
 
     resolved = {k: _plain(v) for g in ("recipe", "model", "training") for k, v in typed[g].items()}
+    if typed["recipe"].get("effective_batch_size") is not None:
+        # Derived from the world size: re-running config.yaml on another GPU count must re-derive it.
+        resolved.pop("gradient_accumulation_steps", None)
+    for key in ("resume", "overwrite", *(k for k, o in origin.items() if o == "profile tiny (device)")):
+        resolved.pop(key, None)  # per-invocation, or derived again from the next launch
+    resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
     return Recipe(
         source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
@@ -398,7 +413,7 @@ def tiny_device_settings() -> dict[str, Any]:
     """
     import torch
 
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() or world_size_from_env() == 1:
         return {}
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     return {"ddp_backend": "gloo", "use_cpu": not deepspeed}

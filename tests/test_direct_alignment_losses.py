@@ -1,0 +1,197 @@
+"""Direct-alignment losses against the book's formulas (reference/book.md, chapter 8 table).
+
+Two layers: the pure functions on fixed tensors (hand-computed values and edge cases), and
+each algorithm's trainer — TRL's native option or our subclass — on a real tiny batch with a
+reference model that differs from the policy, compared with the formula applied to log-probs
+computed here independently.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from custom_losses.direct_alignment import cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss
+
+LR_C = torch.tensor([0.5, -1.0, 2.0, 0.0])
+LR_R = torch.tensor([-0.5, 0.3, 2.0, 0.0])
+
+
+def logsig(x: float) -> float:
+    return -math.log1p(math.exp(-x))
+
+
+def test_dpo_matches_formula_by_hand():
+    got = dpo_loss(LR_C, LR_R, beta=0.1)
+    expected = [-logsig(0.1 * (c - r)) for c, r in zip(LR_C.tolist(), LR_R.tolist())]
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-6)
+    assert got[3].item() == pytest.approx(math.log(2))  # equal log-ratios: log 2
+
+
+def test_cdpo_mixes_both_label_directions():
+    eps, beta = 0.1, 0.1
+    got = cdpo_loss(LR_C, LR_R, beta, eps)
+    d = [beta * (c - r) for c, r in zip(LR_C.tolist(), LR_R.tolist())]
+    expected = [(1 - eps) * -logsig(x) + eps * -logsig(-x) for x in d]
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-6)
+    assert torch.allclose(cdpo_loss(LR_C, LR_R, beta, 0.0), dpo_loss(LR_C, LR_R, beta))
+    # With eps > 0 an infinitely confident margin is penalised instead of driving the loss to 0.
+    assert cdpo_loss(torch.tensor([500.0]), torch.tensor([0.0]), 1.0, 0.1).item() > 10
+
+
+def test_ipo_uses_summed_log_ratios():
+    beta = 0.1
+    got = ipo_loss(LR_C, LR_R, beta)
+    expected = [(c - r - 1 / (2 * beta)) ** 2 for c, r in zip(LR_C.tolist(), LR_R.tolist())]
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-5)
+    # Minimum exactly at the target margin 1/(2 beta) = 5.
+    assert ipo_loss(torch.tensor([5.0]), torch.tensor([0.0]), beta).item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_log1mexp_is_stable_at_both_ends():
+    x = torch.tensor([-1e-7, -0.1, -0.6931, -0.7, -5.0, -50.0], dtype=torch.float64)
+    assert torch.allclose(log1mexp(x), torch.log(1 - torch.exp(x)), rtol=1e-6)
+    assert torch.isfinite(log1mexp(torch.tensor([-1e-30, -1e4]))).all()
+
+
+def test_orpo_formula_and_clamp():
+    a_c = torch.tensor([-0.5, -2.0, 0.0])  # 0.0 would be log p = 0: must be clamped to -1e-6
+    a_r = torch.tensor([-1.0, -1.0, -3.0])
+    nll = -a_c
+    loss, log_odds = orpo_loss(a_c, a_r, nll, beta=0.1)
+    c = a_c.clamp(max=-1e-6).double()
+    r = a_r.double()
+    expected_odds = (c - torch.log1p(-torch.exp(c))) - (r - torch.log1p(-torch.exp(r)))
+    assert torch.allclose(log_odds.double(), expected_odds, rtol=1e-5)
+    assert torch.allclose(loss.double(), nll.double() - 0.1 * F.logsigmoid(expected_odds), rtol=1e-5)
+    assert torch.isfinite(loss).all()
+
+
+def test_kto_reference_point_and_weights():
+    lr_c = torch.tensor([1.0, 2.0])
+    lr_r = torch.tensor([0.5, 1.5])  # mean 1.0 > 0: KL point is 1.0
+    loss, kl = kto_loss(lr_c, lr_r, beta=0.5, desirable_weight=2.0, undesirable_weight=1.0)
+    assert kl.item() == pytest.approx(1.0)
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    chosen = sum(1 - sig(0.5 * (c - 1.0)) for c in (1.0, 2.0)) / 2
+    rejected = sum(1 - sig(0.5 * (1.0 - r)) for r in (0.5, 1.5)) / 2
+    assert loss.item() == pytest.approx(2.0 * chosen + rejected, rel=1e-6)
+    # Negative mean rejected log-ratio: the reference point is clamped at 0.
+    _, kl0 = kto_loss(lr_c, torch.tensor([-1.0, -3.0]), beta=0.5)
+    assert kl0.item() == 0.0
+
+
+def test_kto_reference_point_carries_no_gradient():
+    lr_c = torch.tensor([1.0, 2.0], requires_grad=True)
+    lr_r = torch.tensor([0.5, 1.5], requires_grad=True)
+    loss, _ = kto_loss(lr_c, lr_r, beta=0.5)
+    loss.backward()
+    # With KL detached, d/d lr_r_i of mean_i(1 - sigmoid(beta (KL - lr_r_i))) = beta s_i (1 - s_i) / n.
+    # Were KL not detached, the chosen term would add a gradient through mean(lr_r) as well.
+    s = torch.sigmoid(0.5 * (1.0 - torch.tensor([0.5, 1.5])))
+    assert torch.allclose(lr_r.grad, 0.5 * s * (1 - s) / 2, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# The trainers on a real batch: TRL's native options and our subclass.
+
+
+def _independent_logps(model, batch):
+    """Summed and averaged response log-probs for [chosen..., rejected...], computed from scratch."""
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    mask = batch["completion_mask"][:, 1:].float()
+    summed = (logp * mask).sum(1)
+    return summed, summed / mask.sum(1)
+
+
+def _trainer_and_batch(algorithm: str, tmp_path):
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.registry import import_object
+
+    recipe = load_recipe([f"recipes/{algorithm}.yaml", "--profile", "tiny", "--output_dir", str(tmp_path)])
+    tokenizer = load_tokenizer(recipe.model)
+    train, _ = load_splits(recipe)
+    policy = load_causal_lm(recipe.model)
+    reference = copy.deepcopy(policy)
+    torch.manual_seed(1)
+    with torch.no_grad():  # make the policy differ from the reference so log-ratios are not 0
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer_class = import_object(recipe.algorithm.trainer_class)
+    trainer = trainer_class(model=policy, ref_model=reference, args=recipe.training, train_dataset=train,
+                            processing_class=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    return trainer, policy, reference, batch
+
+
+BOOK_FORMULA = {
+    "dpo": lambda c, r, a_c, a_r, b: -F.logsigmoid(b * (c - r)).mean(),
+    "dpo_norm": lambda c, r, a_c, a_r, b: -F.logsigmoid(b * (a_c - a_r)).mean(),
+    "cdpo": lambda c, r, a_c, a_r, b: (0.9 * -F.logsigmoid(b * (c - r)) + 0.1 * -F.logsigmoid(-b * (c - r))).mean(),
+    "ipo": lambda c, r, a_c, a_r, b: ((c - r - 1 / (2 * b)) ** 2).mean(),
+    "apo_zero": lambda c, r, a_c, a_r, b: (-torch.sigmoid(b * c) + torch.sigmoid(b * r)).mean(),
+    "apo_down": lambda c, r, a_c, a_r, b: (torch.sigmoid(b * c) - torch.sigmoid(b * (c - r))).mean(),
+    "kto": lambda c, r, a_c, a_r, b: (
+        (1 - torch.sigmoid(b * (c - r.mean().clamp(min=0)))).mean()
+        + (1 - torch.sigmoid(b * (r.mean().clamp(min=0) - r))).mean()
+    ),
+}
+# TRL's APO losses add a constant (1 for both): gradients are identical, values shift by it.
+CONSTANT_OFFSET = {"apo_zero": 1.0, "apo_down": 1.0}
+
+
+@pytest.mark.parametrize("algorithm", sorted(BOOK_FORMULA))
+def test_trainer_loss_is_the_book_formula(algorithm, tmp_path):
+    trainer, policy, reference, batch = _trainer_and_batch(algorithm, tmp_path)
+    policy.train()
+    loss = trainer.compute_loss(policy, batch).item()
+    pol_sum, pol_avg = _independent_logps(policy, batch)
+    ref_sum, ref_avg = _independent_logps(reference, batch)
+    lr = pol_sum - ref_sum
+    lr_avg = pol_avg - ref_avg
+    c, r = lr.chunk(2)
+    a_c, a_r = lr_avg.chunk(2)
+    assert (c - r).abs().max() > 1e-3, "policy and reference must differ for this test to mean anything"
+    expected = BOOK_FORMULA[algorithm](c, r, a_c, a_r, trainer.beta).item() + CONSTANT_OFFSET.get(algorithm, 0.0)
+    assert loss == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
+def test_orpo_trainer_is_reference_free_and_matches_formula(tmp_path):
+    trainer, policy, reference, batch = _trainer_and_batch("orpo", tmp_path)
+    assert trainer.ref_model is None
+    loss = trainer.compute_loss(policy, batch).item()
+    _, avg = _independent_logps(policy, batch)
+    a_c, a_r = avg.chunk(2)
+    expected, _ = orpo_loss(a_c, a_r, -a_c, beta=trainer.beta)
+    assert loss == pytest.approx(expected.mean().item(), rel=1e-4)
+
+
+def test_trl_simpo_is_the_book_simpo_with_gamma_times_beta():
+    """TRL's CPO simpo: -logsigmoid(beta*(avg_c-avg_r) - simpo_gamma); book: gamma_ratio * beta as the shift."""
+    from types import SimpleNamespace
+
+    from trl.experimental.cpo import CPOTrainer
+
+    beta, gamma_ratio = 2.0, 0.5
+    stub = SimpleNamespace(beta=beta, simpo_gamma=gamma_ratio * beta, loss_type="simpo", label_smoothing=0.0,
+                           alpha=0.0, accelerator=SimpleNamespace(device=torch.device("cpu")))
+    a_c, a_r = torch.tensor([-1.0, -0.2, -3.0]), torch.tensor([-1.5, -0.2, -1.0])
+    losses, _, _ = CPOTrainer.cpo_loss(stub, a_c, a_r)
+    book = -F.logsigmoid(beta * (a_c - a_r) - gamma_ratio * beta)
+    assert torch.allclose(losses, book, atol=1e-6)
+    # ...and CPO feeds it response log-probs AVERAGED over the response tokens.
+    logits = torch.randn(2, 5, 11)
+    labels = torch.tensor([[-100, -100, 3, 4, 5], [-100, 2, 2, -100, -100]])
+    avg = CPOTrainer.get_batch_logps(logits, labels, average_log_prob=True, is_encoder_decoder=False)
+    logp = torch.log_softmax(logits[:, :-1], -1)
+    first = (logp[0, 1, 3] + logp[0, 2, 4] + logp[0, 3, 5]) / 3
+    second = (logp[1, 0, 2] + logp[1, 1, 2]) / 2
+    assert torch.allclose(avg, torch.stack([first, second]), atol=1e-5)

@@ -1,0 +1,196 @@
+"""Recipes resolve, and bad input fails early with a message that says what to fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_recipe
+from rlhf_recipes.config import RecipeError, load_recipe
+from rlhf_recipes.data.sources import DataError, normalize_rows
+from rlhf_recipes.registry import ALGORITHMS
+
+ALL_RECIPES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", ALL_RECIPES)
+@pytest.mark.parametrize("profile", [None, "tiny"])
+def test_every_recipe_resolves(recipe, profile, tmp_path):
+    # The real recipes train in bf16, which TrainingArguments refuses on this CPU-only machine.
+    argv = [recipe, "--output_dir", str(tmp_path)] + (["--profile", profile] if profile else ["--bf16", "false"])
+    resolved = load_recipe(argv)
+    assert resolved.algorithm.name in ALGORITHMS
+    assert resolved.resolved["algorithm"] == resolved.algorithm.name
+
+
+def test_every_registered_algorithm_has_a_recipe():
+    names = {Path(r).stem for r in ALL_RECIPES}
+    assert set(ALGORITHMS) <= names, f"algorithms without recipes/<name>.yaml: {set(ALGORITHMS) - names}"
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _error(argv: list[str]) -> str:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(argv)
+    return str(info.value)
+
+
+def test_misspelt_yaml_key_names_file_key_and_suggestion(tmp_path):
+    path = _write(tmp_path, "algorithm: dpo\nlearnig_rate: 1.0e-6\n")
+    message = _error([path])
+    assert path in message and "`learnig_rate`" in message and "Did you mean `learning_rate`?" in message
+
+
+def test_misspelt_command_line_flag(tmp_path):
+    message = _error(["recipes/dpo.yaml", "--bta", "0.2"])
+    assert "command line" in message and "`--bta`" in message and "`beta`" in message
+
+
+def test_wrong_type_names_key_and_expected_type():
+    message = _error(["recipes/dpo.yaml", "--learning_rate", "fast"])
+    assert "command line" in message and "`learning_rate` must be float" in message and "'fast'" in message
+    message = _error(["recipes/dpo.yaml", "--num_train_epochs", "[1, 2]"])
+    assert "`num_train_epochs`" in message
+
+
+def test_unknown_algorithm_lists_valid_names(tmp_path):
+    path = _write(tmp_path, "algorithm: dpoo\n")
+    message = _error([path])
+    assert "unknown algorithm `dpoo`" in message and "Did you mean `dpo`?" in message
+    for name in ("ipo", "kto", "simpo"):
+        assert name in message
+
+
+def test_missing_algorithm_and_missing_file(tmp_path):
+    assert "missing required key `algorithm`" in _error([_write(tmp_path, "beta: 0.1\n")])
+    assert "no such recipe file" in _error([str(tmp_path / "nope.yaml")])
+    assert "must be a mapping" in _error([_write(tmp_path, "- a\n- b\n")])
+
+
+def test_unknown_profile():
+    assert "profile `huge` is unknown" in _error(["recipes/dpo.yaml", "--profile", "huge"])
+
+
+def test_command_line_values_are_typed_and_override_yaml(tmp_path):
+    r = load_recipe(["recipes/dpo.yaml", "--learning_rate", "1e-6", "--beta=0.3", "--bf16", "false",
+                     "--output_dir", str(tmp_path)])
+    assert r.training.learning_rate == 1e-6 and r.training.beta == 0.3 and r.training.bf16 is False
+    assert r.resolved["learning_rate"] == 1e-6
+
+
+def test_effective_batch_sets_accumulation_from_world_size():
+    one = load_recipe(["recipes/dpo.yaml", "--bf16", "false"], world_size=1)
+    four = load_recipe(["recipes/dpo.yaml", "--bf16", "false"], world_size=4)
+    assert one.training.gradient_accumulation_steps == 8 and four.training.gradient_accumulation_steps == 2
+    for r, world in ((one, 1), (four, 4)):
+        assert r.training.per_device_train_batch_size * r.training.gradient_accumulation_steps * world == 64
+
+
+def test_effective_batch_that_does_not_divide_fails_clearly():
+    message = _error(["recipes/dpo.yaml", "--per_device_train_batch_size", "3"])
+    assert "effective_batch_size 64 is not divisible by per_device_train_batch_size 3" in message
+
+
+def test_contradicting_accumulation_is_rejected():
+    message = _error(["recipes/dpo.yaml", "--gradient_accumulation_steps", "2"])
+    assert "contradicts effective_batch_size 64" in message
+
+
+def test_bad_recipe_fails_before_any_model_loads(tmp_path, monkeypatch):
+    import rlhf_recipes.models as models
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded for an invalid recipe")
+
+    monkeypatch.setattr(models, "load_causal_lm", boom)
+    monkeypatch.setattr(models, "load_tokenizer", boom)
+    path = _write(tmp_path, "algorithm: dpo\nmodel_name_or_path: tiny\ndataset: ultrafeedback\nbeta: high\n")
+    assert run_recipe(path, tmp_path / "out", expect=2) == {}
+    assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_existing_run_is_not_overwritten_silently(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("algorithm: dpo\n")
+    assert run_recipe("dpo.yaml", out, expect=2) == {}
+    assert (out / "config.yaml").read_text() == "algorithm: dpo\n"
+
+
+def test_resume_without_checkpoint_says_so(tmp_path):
+    from rlhf_recipes.run_setup import prepare_output_dir
+
+    recipe = load_recipe(["recipes/dpo.yaml", "--resume", "--bf16", "false", "--output_dir", str(tmp_path)])
+    assert recipe.args.resume == "latest"
+    with pytest.raises(RecipeError, match="no complete checkpoint in"):
+        prepare_output_dir(recipe)
+    # A checkpoint folder without the completion marker (killed mid-save) does not count.
+    (tmp_path / "checkpoint-3").mkdir()
+    with pytest.raises(RecipeError, match="no complete checkpoint in"):
+        prepare_output_dir(recipe)
+
+
+# ---------------------------------------------------------------------------------------
+# Data adapters on real-schema rows
+
+
+def _dataset(rows):
+    from datasets import Dataset
+
+    return Dataset.from_list(rows)
+
+
+def test_hh_rlhf_adapter_on_real_rows():
+    from rlhf_recipes.data.hh_rlhf import SOURCE
+
+    rows = [json.loads(line) for line in (ROOT / "rlhf_recipes/data/fixtures/hh-rlhf/harmless-base-test.jsonl")
+            .read_text().splitlines()]
+    out = normalize_rows(_dataset(rows), SOURCE, "hh")
+    assert len(out) > 0
+    for row in out:
+        assert row["prompt"][-1]["role"] == "user"
+        assert row["chosen"][0]["role"] == "assistant" and row["rejected"][0]["role"] == "assistant"
+        assert row["chosen"] != row["rejected"]
+    first = rows[0]
+    assert out[0]["prompt"][0]["content"] == first["chosen"].split("\n\nHuman: ")[1].split("\n\nAssistant: ")[0]
+
+
+def test_hh_rlhf_malformed_row_is_named():
+    from rlhf_recipes.data.hh_rlhf import SOURCE
+
+    rows = [{"chosen": "\n\nHuman: hi\n\nAssistant: hello", "rejected": "\n\nHuman: hi\n\nAssistant: go away"},
+            {"chosen": "no markers here", "rejected": "\n\nHuman: hi\n\nAssistant: x"}]
+    with pytest.raises(DataError, match=r"row 1: column `chosen` must start with"):
+        normalize_rows(_dataset(rows), SOURCE, "hh")
+
+
+def test_identical_pairs_are_dropped_and_counted(caplog):
+    from rlhf_recipes.data.hh_rlhf import SOURCE
+
+    same = "\n\nHuman: hi\n\nAssistant: hello"
+    rows = [{"chosen": same, "rejected": same},
+            {"chosen": "\n\nHuman: hi\n\nAssistant: hello", "rejected": "\n\nHuman: hi\n\nAssistant: bye"}]
+    with caplog.at_level("WARNING"):
+        out = normalize_rows(_dataset(rows), SOURCE, "hh")
+    assert len(out) == 1 and "dropped 1 of 2 rows" in caplog.text
+
+
+def test_ultrafeedback_adapter_and_schema_errors():
+    from rlhf_recipes.data.ultrafeedback import SOURCE
+
+    good = json.loads((ROOT / "rlhf_recipes/data/fixtures/ultrafeedback/train.jsonl").read_text().splitlines()[0])
+    out = normalize_rows(_dataset([good]), SOURCE, "uf")
+    assert out[0]["prompt"] == [{"role": "user", "content": good["prompt"]}]
+    assert out[0]["chosen"] == [good["chosen"][-1]]
+    bad = {**good, "rejected": [{"role": "user", "content": "only one turn"}]}
+    with pytest.raises(DataError, match=r"row 1: column `rejected` must be a list of at least 2 messages"):
+        normalize_rows(_dataset([good, bad]), SOURCE, "uf")
+    with pytest.raises(DataError, match=r"missing column\(s\) \['chosen'\]"):
+        normalize_rows(_dataset([{"prompt": "x", "rejected": []}]), SOURCE, "uf")
