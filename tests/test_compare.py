@@ -24,7 +24,7 @@ from rlhf_recipes.compare.align import (
     book_step_to_optimizer_step,
     count_optimizer_steps,
 )
-from rlhf_recipes.compare.load import load_reference_csvs, read_metrics_jsonl
+from rlhf_recipes.compare.load import load_reference_csvs, load_run, read_metrics_jsonl
 from rlhf_recipes.compare.references import SPECS, lookup, optimizer_steps_per_rollout
 from rlhf_recipes.compare.verdict import (
     OUTSIDE,
@@ -346,10 +346,14 @@ def test_run_vs_reference_csv_end_to_end(tmp_path):
     assert verdicts[("reward", "grpo-shifted")].verdict == OUTSIDE
     assert verdicts[("reward", "grpo-shifted")].diff == pytest.approx(1.0)
     assert verdicts[("loss", "grpo-shifted")].verdict == WITHIN
-    # Window: last 10% of steps 1..160 -> [144.1, 160]; reward rows at 145, 149, 153, 157.
+    # Reward rows sit at optimizer steps 1, 5, ..., 157: the window is the last 10% of
+    # [1, 157] = [141.4, 157], holding the rows of rollouts 36-39 (book steps 180..195).
+    reward = verdicts[("reward", "grpo-same")]
+    assert reward.window == (pytest.approx(141.4), 157.0) and reward.n_reference == 4
     ref = pd.read_csv(API_GRPO)
     expected_ref = ref.loc[ref["_step"].isin([180, 185, 190, 195]), "avg_total"].mean()
-    assert verdicts[("reward", "grpo-same")].reference == pytest.approx(expected_ref)
+    assert reward.reference == pytest.approx(expected_ref)
+    assert verdicts[("loss", "grpo-same")].window == (pytest.approx(144.1), 160.0)
 
     assert report.figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads(report.summary_file.read_text())
@@ -469,19 +473,31 @@ def test_cli_script_runs_and_reports_errors(tmp_path):
 RUNNER = REPO / "recipes" / "run.py"
 
 
+def _two_tiny_runs() -> dict[str, tuple[str, ...]]:
+    """dpo plus another direct-alignment recipe if one exists yet, else dpo with another beta
+    (the "change one thing" comparison)."""
+    runs: dict[str, tuple[str, ...]] = {"dpo": ("dpo.yaml",)}
+    other = next((n for n in ("ipo", "kto", "cdpo") if (REPO / "recipes" / f"{n}.yaml").exists()), None)
+    if other:
+        runs[other] = (f"{other}.yaml",)
+    else:
+        runs["dpo-beta0.5"] = ("dpo.yaml", "--beta", "0.5")
+    return runs
+
+
 @pytest.mark.skipif(not RUNNER.exists(), reason="WAITING FOR recipes/run.py: tiny-profile end-to-end compare not run")
 def test_tiny_profile_runs_compare_end_to_end(tmp_path):
-    outs = {name: tmp_path / name for name in ("dpo", "ipo")}
-    procs = [subprocess.Popen([sys.executable, str(RUNNER), str(REPO / "recipes" / f"{name}.yaml"),
-                               "--profile", "tiny", "--output_dir", str(out)],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name, out in outs.items()]
-    for proc in procs:  # both at once: the machine has two cores
-        output, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, output[-3000:]
-    report = compare_local_runs(list(outs.values()), out_dir=tmp_path / "cmp")
-    assert report.headers == ["metric", "dpo", "ipo"]
-    assert "rewards/accuracies" in [row[0] for row in report.rows]
-    for (metric, run), value in report.local_means.items():
-        assert np.isfinite(value), (metric, run)
+    from conftest import run_recipe  # the shared helper: runs recipes/run.py in this process
+
+    runs = _two_tiny_runs()
+    for name, (recipe, *extra) in runs.items():
+        run_recipe(recipe, tmp_path / name, *extra)
+    report = compare_local_runs([tmp_path / name for name in runs], out_dir=tmp_path / "cmp")
+    assert report.headers == ["metric", *runs]
+    metrics = [row[0] for row in report.rows]
+    assert metrics[:2] == ["rewards/accuracies", "rewards/margins"]
+    for name in runs:
+        _, values = load_run(tmp_path / name).series("loss")
+        assert np.all(np.isfinite(values)) and len(values) >= 2
+        assert report.local_means[("loss", name)] == pytest.approx(values[-1])  # tiny: last 10% = last step
     assert report.figure.read_bytes()[:4] == b"\x89PNG"

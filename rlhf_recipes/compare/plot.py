@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: runs on clusters and in CI, never opens a window
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 REFERENCE_COLOR = "0.35"
@@ -42,29 +45,45 @@ class Panel:
     bands: list[Band] = field(default_factory=list)
 
 
-def _draw_line(ax: plt.Axes, line: Line, color: str | None) -> None:
+def _draw_line(ax: plt.Axes, line: Line, color: str) -> None:
     marker = "o" if len(line.steps) < FEW_POINTS else None
     if line.reference:
-        ax.plot(line.steps, line.values, color=REFERENCE_COLOR, lw=0.9, alpha=0.7,
+        ax.plot(line.steps, line.values, color=color, lw=0.9, alpha=0.7,
                 marker=marker, ms=3, label=line.label, zorder=1)
     else:
         ax.plot(line.steps, line.values, color=color, lw=1.5, marker=marker, ms=3,
                 label=line.label, zorder=2)
 
 
-def _draw_panel(ax: plt.Axes, panel: Panel) -> None:
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    runs = [line for line in panel.lines if not line.reference]
+def _colors(panels: list[Panel]) -> dict[str, str]:
+    """One colour per run across all panels, so a run missing from one panel keeps its colour."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors: dict[str, str] = {}
+    for line in (line for panel in panels for line in panel.lines):
+        if line.label not in colors:
+            runs = sum(1 for c in colors.values() if c != REFERENCE_COLOR)
+            colors[line.label] = REFERENCE_COLOR if line.reference else cycle[runs % len(cycle)]
+    return colors
+
+
+def _draw_panel(ax: plt.Axes, panel: Panel, colors: dict[str, str]) -> None:
     for line in panel.lines:
-        color = colors[runs.index(line) % len(colors)] if not line.reference else None
-        _draw_line(ax, line, color)
-    for band in panel.bands:
-        ax.fill_between([band.start, band.end], band.center - band.half_width,
-                        band.center + band.half_width, color=REFERENCE_COLOR, alpha=0.18,
-                        lw=0, zorder=0)
+        _draw_line(ax, line, colors[line.label])
+    # Several runs compared over the same window share one band: draw it once.
+    for band in dict.fromkeys((b.start, b.end, b.center, b.half_width) for b in panel.bands):
+        start, end, center, half = band
+        ax.fill_between([start, end], center - half, center + half, color=REFERENCE_COLOR,
+                        alpha=0.15, lw=0, zorder=0)
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.grid(alpha=0.3)
+
+
+def _legend_handles(colors: dict[str, str], panels: list[Panel]) -> list[Line2D]:
+    reference = {line.label for panel in panels for line in panel.lines if line.reference}
+    return [Line2D([], [], color=c, lw=0.9 if label in reference else 1.5, label=label)
+            for label, c in colors.items()]
 
 
 def draw(panels: list[Panel], path: Path, title: str) -> Path:
@@ -72,18 +91,21 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
         raise ValueError("nothing to plot")
     ncols = min(MAX_COLUMNS, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.6 * nrows), squeeze=False)
+    height = 3.6 * nrows + 0.9  # + room for the title and the legend
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, height), squeeze=False)
+    colors = _colors(panels)
     for ax, panel in zip(axes.flat, panels):
-        _draw_panel(ax, panel)
+        _draw_panel(ax, panel, colors)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    # One legend for the figure: every panel shows the same runs.
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)),
-               bbox_to_anchor=(0.5, 1.0), frameon=False)
-    fig.suptitle(title, y=1.0 + 0.04 * max(1, 4 / (3.6 * nrows)), fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    # ~13 characters per inch at this font size: wrap rather than clip a long title.
+    wrapped = textwrap.fill(title, width=int(13 * 5.0 * ncols), break_on_hyphens=False)
+    fig.suptitle(wrapped, y=1 - 0.1 / height, fontsize=11)
+    handles = _legend_handles(colors, panels)
+    fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)),
+               bbox_to_anchor=(0.5, 1 - 0.45 / height), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

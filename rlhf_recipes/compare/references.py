@@ -23,13 +23,13 @@ Family = Literal["policy_gradient", "direct_alignment", "reward_model", "sft"]
 # "rollout" row of reward averages per rollout, then one "update" row per optimizer step.
 RowKind = Literal["rollout", "update", "step"]
 
-# The names our reward functions register under (TRL logs `rewards/<__name__>/mean`). They are
-# set in rewards/ by another engineer: if a name changes there, change it here. A glob fallback
-# (below) still finds e.g. `rewards/spell_correctness/mean` if only the prefix differs.
+# The names our reward functions register under in rewards/ (TRL logs `rewards/<__name__>/mean`):
+# rewards/reasoning_tasks.py and rewards/length.py. If a name changes there, change it here. A
+# glob fallback (below) still finds e.g. `rewards/spell_correctness/mean` if only the name differs.
 REWARD_FUNCTION_NAMES: dict[str, str] = {
     "correctness": "correctness_reward",
     "format": "format_reward",
-    "penalty": "penalty_reward",
+    "penalty": "overlong_penalty_reward",  # DAPO's overlong penalty, the book's avg_penalty
 }
 
 

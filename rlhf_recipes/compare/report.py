@@ -142,9 +142,10 @@ def _compare_metric(
     notes: list[str],
 ) -> tuple[list[Comparison], plot.Panel | None]:
     am = aligned.metrics[metric_name]
-    ref_line = plot.Line(f"book ({am.book})", am.steps, am.values, reference=True)
-    panel = plot.Panel(title=f"{am.ours}  [book: {am.book}{', ' + am.spec.note if am.spec.note else ''}]",
-                       lines=[ref_line])
+    # One legend entry for the reference across panels; each panel's title names the book key.
+    ref_line = plot.Line("book's run", am.steps, am.values, reference=True)
+    scaled = f", {am.spec.note}" if am.spec.note else ""
+    panel = plot.Panel(title=f"{am.ours}  [book: {am.book}{scaled}]", lines=[ref_line])
     comparisons = []
     for run in runs:
         column, note = resolve_run_metric(list(run.history.columns), am.spec)
@@ -282,7 +283,7 @@ def compare_local_runs(
 
     out = Path(out_dir) if out_dir else runs[0].path / "compare"
     labels = [r.label for r in runs]
-    title = f"{' vs '.join(labels)}  (table: mean over each run's last {fraction:.0%} of steps)"
+    title = " vs ".join(labels)
     headers, rows = local_table(selected, labels, means)
     report = CompareReport(
         title=title,
@@ -291,6 +292,7 @@ def compare_local_runs(
         figure=plot.draw(panels, out / FIGURE_NAME, title),
         table_file=out / TABLE_NAME,
         summary_file=out / SUMMARY_NAME,
+        notes=[f"table: each run's mean over the last {fraction:.0%} of its own logged steps"],
         local_means=means,
     )
     summary = {

@@ -54,6 +54,12 @@ def print_table(headers: list[str], rows: list[list[str]], title: str = "") -> N
     except ImportError:  # rich is optional: plain text carries the same content
         print(render_plain(headers, rows, title))
         return
+    console = Console()
+    # Piped output (CI logs, files) has no terminal width to respect: use what the table
+    # needs instead of folding every cell into 80 columns.
+    needed = len(render_plain(headers, rows).splitlines()[0]) + 3 * len(headers) + 1
+    if not console.is_terminal and console.width < needed:
+        console = Console(width=needed)
     table = Table(title=title or None)
     for header in headers:
         table.add_column(header, overflow="fold")
@@ -61,4 +67,4 @@ def print_table(headers: list[str], rows: list[list[str]], title: str = "") -> N
         # escape(): metric names like rewards/*/mean must not be read as rich markup.
         styled = [f"[red]{escape(c)}[/red]" if c.startswith("outside") else escape(c) for c in row]
         table.add_row(*styled)
-    Console().print(table)
+    console.print(table)

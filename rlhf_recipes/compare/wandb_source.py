@@ -117,18 +117,19 @@ def fetch_and_cache(
 
 def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[str]) -> str:
     """What to do when the reference is neither cached nor downloadable."""
-    csv_args = " ".join(f"{m.replace('/', '_')}.csv" for m in book_metrics[:3]) + " ..."
-    return (
-        f"To get the book's {spec.algorithm} run (wandb {spec.wandb_path}), do one of:\n"
-        f"  1. On a machine that reaches wandb: run this same command once (it fetches the\n"
-        f"     run and caches it as {cache_path(spec).relative_to(REPO_ROOT)}), then copy that\n"
-        f"     file into this checkout's reference_runs/ folder. wandb.Api() may ask for an\n"
-        f"     API key: `wandb login` with any free account reads public projects.\n"
-        f"  2. Export it from the wandb web page: open {spec.wandb_url}, and for each chart\n"
-        f"     you want ({', '.join(book_metrics)}) open the chart's '...' menu, choose\n"
-        f"     Export / Download data, CSV. Keep the x-axis on 'Step'. Then run:\n"
-        f"     python recipes/compare.py {run_arg} --reference {spec.algorithm} "
-        f"--reference-csv {csv_args}\n"
-        f"  Several CSVs of the same run are merged; an API history CSV "
-        f"(run.history().to_csv(...)) works too."
-    )
+    csv_args = " ".join(f"{m.replace('/', '_')}.csv" for m in book_metrics[:2]) + " ..."
+    cached = cache_path(spec).relative_to(REPO_ROOT)
+    return "\n".join([
+        f"To get the book's {spec.algorithm} run (wandb {spec.wandb_path}), do one of:",
+        "  1. On a machine that reaches wandb, run this same command once: it fetches the run",
+        f"     and caches it as {cached}. Copy that file into this checkout's",
+        "     reference_runs/ folder. (wandb.Api() may ask for an API key: `wandb login` with",
+        "     any free account reads public projects.)",
+        "  2. Or export the charts from the run's wandb page:",
+        f"       {spec.wandb_url}",
+        f"     For each chart you want ({', '.join(book_metrics)}):",
+        "     open the chart's '...' menu > Export / Download data > CSV, with the x-axis left",
+        "     on 'Step'. Then pass the files (several CSVs of one run are merged):",
+        f"       python recipes/compare.py {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",
+        "     An API history saved with run.history().to_csv(...) works as well.",
+    ])
