@@ -47,7 +47,8 @@ def configure_reporting(recipe: Recipe) -> None:
         os.environ["WANDB_PROJECT"] = recipe.args.wandb_project
     if recipe.args.wandb_mode:
         os.environ["WANDB_MODE"] = recipe.args.wandb_mode
-    os.environ.setdefault("WANDB_DIR", str(recipe.training.output_dir))
+    # wandb's files belong with the run they log (<output_dir>/wandb), even when one process runs several recipes.
+    os.environ["WANDB_DIR"] = str(recipe.training.output_dir)
 
 
 def run_callbacks(output_dir: Path, checkpoint: Path | None):
