@@ -190,7 +190,6 @@ def coerce(value: Any, annotation: Any) -> Any:
         if value is None or (isinstance(value, str) and value in ("null", "~")):
             if type(None) in args:
                 return None
-        errors = 0
         # Try exact matches first so "5" for `int | str` stays an int, not a string.
         for arg in sorted(args, key=lambda a: a is str):
             if arg is type(None):
@@ -198,7 +197,7 @@ def coerce(value: Any, annotation: Any) -> Any:
             try:
                 return coerce(value, arg)
             except _Mismatch:
-                errors += 1
+                continue
         raise _Mismatch
     if origin is typing.Literal:
         if value in args:
