@@ -98,6 +98,114 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"loss_type": ["apo_down"]}, key_metrics=_DPO_METRICS,
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
+        # One config and trainer (custom_losses/policy_gradient.py) for all ten; `defaults` are
+        # what makes each algorithm itself. Every entry: the book's seq-mean aggregation
+        # (loss_type grpo) unless stated, log-probs at temperature 1, z-score eps 1e-8.
+        Algorithm(
+            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)", chapter="6",
+            defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
+                      "loss_type": "grpo"},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)", chapter="6",
+            defaults={"advantage_estimator": "rloo", "book_objective": "policy_gradient", "kl_in_reward": True,
+                      "loss_type": "grpo"},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)", chapter="6",
+            defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "token",
+                      "epsilon": 0.2, "epsilon_high": 0.2},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO)",
+            chapter="6",
+            # TRL's own advantage with scale_rewards none is the book's R - mean; the book keeps
+            # GRPO's seq-mean (TRL's loss_type dr_grpo divides by a constant instead).
+            defaults={"advantage_estimator": "trl", "scale_rewards": "none", "loss_type": "grpo",
+                      "epsilon": 0.2, "epsilon_high": 0.2},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Zheng et al. 2025, Group Sequence Policy Optimization", chapter="6",
+            defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "sequence",
+                      "epsilon": 0.2, "epsilon_high": 0.2},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)", chapter="6",
+            defaults={"advantage_estimator": "zscore", "book_objective": "cispo", "loss_type": "grpo",
+                      "epsilon": 0.2, "epsilon_high": 0.4},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "cispo_clip_ratio", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)", chapter="6",
+            defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
+                      "sapo_temperature_neg": 1.05},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale", chapter="6",
+            # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
+            # over the whole accumulated batch instead).
+            defaults={"advantage_estimator": "zscore", "loss_type": "bnpo", "epsilon": 0.2, "epsilon_high": 0.28,
+                      "dynamic_sampling": True},
+            tiny={"max_refill_rounds": 1},  # a random tiny model is never correct: one refill round, then filler
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/overlong_penalty_reward/mean",
+                         "dynamic_sampling/kept_groups_first_round", "completions/mean_length", "grad_norm"),
+        ),
+        Algorithm(
+            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)", chapter="6",
+            defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
+                      "book_objective": "policy_gradient", "loss_type": "grpo"},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/binary_reward/mean",
+                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+        ),
         # --- reward models (book chapter 5) ----------------------------------------------
+        Algorithm(
+            "preference_rm", family="reward_model", config_class="custom_losses.reward_models:PreferenceRMConfig",
+            trainer_class="trl:RewardTrainer",
+            paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
+            chapter="5", key_metrics=("accuracy", "margin", "eval_accuracy", "eval_margin"),
+        ),
+        Algorithm(
+            "orm", family="reward_model", config_class="custom_losses.reward_models:OutcomeRMConfig",
+            trainer_class="custom_losses.reward_models:OutcomeRMTrainer",
+            paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
+            chapter="5", key_metrics=("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"),
+        ),
+        Algorithm(
+            "prm", family="reward_model", config_class="custom_losses.reward_models:ProcessRMConfig",
+            trainer_class="custom_losses.reward_models:ProcessRMTrainer",
+            paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
+            chapter="5", key_metrics=("step_accuracy", "eval_step_accuracy"),
+        ),
     ]
 }

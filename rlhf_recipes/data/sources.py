@@ -46,6 +46,10 @@ def _registry() -> dict[str, DataSource]:
     from rlhf_recipes.data import hh_rlhf, ultrafeedback
 
     sources = [ultrafeedback.SOURCE, hh_rlhf.SOURCE]
+    from rlhf_recipes.data import gsm8k, reasoning_gym  # policy gradients (chapter 6)
+    sources += [reasoning_gym.SOURCE, gsm8k.SOURCE]
+    from rlhf_recipes.data import gsm8k_rollouts, prm800k  # reward models (chapter 5)
+    sources += [gsm8k_rollouts.SOURCE, prm800k.SOURCE]
     return {s.name: s for s in sources}
 
 
@@ -73,26 +77,31 @@ def normalize_rows(dataset: "Dataset", source: DataSource, where: str, system_pr
             f"found {dataset.column_names}"
         )
 
-    def apply(row: dict[str, Any], index: int) -> dict[str, Any]:
+    def normalized(row: dict[str, Any], index: int) -> dict[str, Any]:
         try:
-            out = source.normalize(row)
+            return source.normalize(row)
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"{where}: row {index}: {e}") from e
-        if DROP in out:
-            return {DROP: out[DROP]}
-        if system_prompt and isinstance(out.get("prompt"), list):
-            out["prompt"] = [{"role": "system", "content": system_prompt}, *out["prompt"]]
-        return {**out, DROP: ""}
 
-    mapped = dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
-    reasons = [r for r in mapped[DROP] if r]
+    # Rows without signal are found and removed first: a map whose rows have different keys
+    # (a dropped row has none of the output columns) breaks Arrow's schema.
+    flagged = dataset.map(lambda row, i: {DROP: normalized(row, i).get(DROP, "")}, with_indices=True,
+                          desc=f"check {source.name}")
+    reasons = [r for r in flagged[DROP] if r]
     if reasons:
         counts: dict[str, int] = {}
         for r in reasons:
             counts[r] = counts.get(r, 0) + 1
-        logger.warning("%s: dropped %d of %d rows: %s", where, len(reasons), len(mapped), counts)
-        mapped = mapped.filter(lambda r: not r[DROP])
-    return mapped.remove_columns(DROP)
+        logger.warning("%s: dropped %d of %d rows: %s", where, len(reasons), len(flagged), counts)
+        dataset = flagged.filter(lambda r: not r[DROP]).remove_columns(DROP)
+
+    def apply(row: dict[str, Any], index: int) -> dict[str, Any]:
+        out = normalized(row, index)
+        if system_prompt and isinstance(out.get("prompt"), list):
+            out["prompt"] = [{"role": "system", "content": system_prompt}, *out["prompt"]]
+        return out
+
+    return dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
 
 
 def load_splits(recipe: "Recipe") -> tuple["Dataset", "Dataset | None"]:

@@ -1,0 +1,126 @@
+"""reasoning-gym procedural tasks -> conversational prompts plus the columns the rewards need.
+
+Generated, not downloaded: the same code serves real runs and the tiny profile (offline).
+As in the book: a reasoning-gym *composite* dataset of `num_samples` entries with the given
+seed and weighted task specs; messages = a system prompt (DeepSeek-R1-Zero style by default)
+then the task's question.
+
+Recipe keys:
+  dataset: reasoning_gym
+  num_samples: 3000                    # the composite's size (the book's data size)
+  dataset_kwargs:
+    tasks:                             # any reasoning-gym task(s), each with its own config
+      - {name: spell_backward, weight: 1, config: {min_word_len: 3, max_word_len: 10}}
+    seed: 42                           # default: the recipe's `seed`
+  system_prompt: DeepSeekZero          # a reasoning_gym.utils.SYSTEM_PROMPTS name or literal text
+
+Columns: prompt (system + user messages), rg_dataset (composite spec JSON), rg_index
+(entry index), answer (the oracle answer, for logs), task (the entry's task name).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Any
+
+from rlhf_recipes.data.sources import DataError, DataSource
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from rlhf_recipes.config import Recipe
+
+DEFAULT_SYSTEM_PROMPT = "DeepSeekZero"  # the book's: reasoning_gym.utils.SYSTEM_PROMPTS["DeepSeekZero"]
+_KWARGS = {"tasks", "seed"}
+_TASK_KEYS = {"name", "weight", "config"}
+
+
+def system_prompt_text(value: str | None) -> str:
+    """A SYSTEM_PROMPTS name (e.g. 'DeepSeekZero', 'default') or literal text; None -> the book's."""
+    from reasoning_gym.utils import SYSTEM_PROMPTS
+
+    value = DEFAULT_SYSTEM_PROMPT if value is None else value
+    return SYSTEM_PROMPTS.get(value, value)
+
+
+def parse_task_specs(kwargs: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """Validate `dataset_kwargs.tasks` against reasoning-gym's registry; errors name the bad key or task."""
+    from reasoning_gym.factory import DATASETS
+
+    unknown = set(kwargs) - _KWARGS
+    if unknown:
+        raise DataError(f"{where}: unknown dataset_kwargs key(s) {sorted(unknown)} for reasoning_gym; "
+                        f"expected {sorted(_KWARGS)}")
+    tasks = kwargs.get("tasks")
+    if not tasks or not isinstance(tasks, list):
+        raise DataError(f"{where}: reasoning_gym needs dataset_kwargs.tasks, a list like "
+                        "[{name: spell_backward, weight: 1, config: {min_word_len: 3}}]")
+    specs = []
+    for i, task in enumerate(tasks):
+        if isinstance(task, str):
+            task = {"name": task}
+        if not isinstance(task, dict) or "name" not in task:
+            raise DataError(f"{where}: dataset_kwargs.tasks[{i}] must be a mapping with a `name`, got {task!r}")
+        extra = set(task) - _TASK_KEYS
+        if extra:
+            raise DataError(f"{where}: dataset_kwargs.tasks[{i}]: unknown key(s) {sorted(extra)}; "
+                            f"expected {sorted(_TASK_KEYS)}")
+        name = task["name"]
+        if name not in DATASETS:
+            close = difflib.get_close_matches(str(name), list(DATASETS), n=1, cutoff=0.6)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            raise DataError(f"{where}: unknown reasoning-gym task `{name}`.{hint} "
+                            f"({len(DATASETS)} tasks are registered; see reasoning_gym.factory.DATASETS)")
+        weight = task.get("weight", 1)
+        if not isinstance(weight, (int, float)) or weight <= 0:
+            raise DataError(f"{where}: dataset_kwargs.tasks[{i}] ({name}): weight must be > 0, got {weight!r}")
+        config = task.get("config") or {}
+        if not isinstance(config, dict):
+            raise DataError(f"{where}: dataset_kwargs.tasks[{i}] ({name}): config must be a mapping, got {config!r}")
+        specs.append({"name": name, "weight": weight, "config": config})
+    return specs
+
+
+def generate(recipe: "Recipe") -> "Dataset":
+    from datasets import Dataset
+
+    from rewards.reasoning_tasks import composite_dataset, composite_spec
+
+    args = recipe.args
+    where = recipe.source
+    if args.num_samples is None:
+        raise DataError(f"{where}: reasoning_gym generates its data: set `num_samples` (the book: 3000 for grpo)")
+    if args.num_samples <= 0:
+        raise DataError(f"{where}: num_samples must be > 0, got {args.num_samples}")
+    kwargs = dict(args.dataset_kwargs or {})
+    specs = parse_task_specs(kwargs, where)
+    seed = kwargs.get("seed", recipe.training.seed)
+    spec_json = composite_spec(specs, size=args.num_samples, seed=seed)
+    try:
+        dataset = composite_dataset(spec_json)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise DataError(f"{where}: reasoning-gym rejected the task config {specs}: {e}") from e
+
+    system = system_prompt_text(args.system_prompt)
+    rows: dict[str, list] = {"prompt": [], "rg_dataset": [], "rg_index": [], "answer": [], "task": []}
+    for index in range(args.num_samples):
+        entry = dataset[index]
+        messages = [{"role": "user", "content": entry["question"]}]
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        rows["prompt"].append(messages)
+        rows["rg_dataset"].append(spec_json)
+        rows["rg_index"].append(index)
+        rows["answer"].append(str(entry["answer"]))
+        rows["task"].append(entry["metadata"].get("source_dataset", specs[0]["name"]))
+    return Dataset.from_dict(rows)
+
+
+SOURCE = DataSource(
+    name="reasoning_gym",
+    hub_id=None,
+    fixture=None,
+    columns=("prompt", "rg_dataset", "rg_index"),
+    normalize=None,
+    generate=generate,
+)

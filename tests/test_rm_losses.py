@@ -1,0 +1,142 @@
+"""Reward-model losses and evaluation metrics against their formulas, on fixed tensors."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from custom_losses.reward_model_data import rollout_scores
+from custom_losses.reward_models import (
+    bradley_terry_loss, preference_metrics, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
+)
+
+
+def softplus(x: float) -> float:  # -log(sigmoid(-x)) = log(1 + e^x)
+    return math.log1p(math.exp(x))
+
+
+def test_bradley_terry_is_minus_log_sigmoid_of_the_reward_difference():
+    r_c = torch.tensor([2.0, -1.0, 0.5, 10.0])
+    r_r = torch.tensor([1.0, 0.0, 0.5, -10.0])
+    expected = [-math.log(1 / (1 + math.exp(-(c - r)))) for c, r in zip(r_c.tolist(), r_r.tolist())]
+    assert bradley_terry_loss(r_c, r_r).tolist() == pytest.approx(expected, rel=1e-6)
+    assert bradley_terry_loss(r_c, r_r)[2].item() == pytest.approx(math.log(2))  # a tie costs log 2
+    margin = torch.tensor([0.5, 0.0, 1.0, 0.0])
+    expected = [softplus(-(c - r - m)) for c, r, m in zip(r_c.tolist(), r_r.tolist(), margin.tolist())]
+    assert bradley_terry_loss(r_c, r_r, margin).tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_trl_reward_trainer_loss_is_the_book_bradley_terry_loss():
+    """TRL's RewardTrainer.compute_loss (used as is for preference_rm) = mean of bradley_terry_loss."""
+    from trl import RewardTrainer
+
+    rewards = torch.tensor([[1.5], [0.2], [-0.3], [0.9], [0.7], [0.2]])  # 3 chosen, then 3 rejected
+
+    class Model(torch.nn.Module):
+        training = True
+
+        def forward(self, **inputs):
+            return SimpleNamespace(logits=rewards)
+
+    model = Model()
+    stub = SimpleNamespace(
+        model=model, args=SimpleNamespace(center_rewards_coefficient=None),
+        accelerator=SimpleNamespace(gather=lambda t: t, gather_for_metrics=lambda t: t),
+        _metrics={"train": defaultdict(list)}, _total_train_tokens=0, _tp_size=1,
+    )
+    inputs = {"input_ids": torch.zeros(6, 4, dtype=torch.long), "attention_mask": torch.ones(6, 4)}
+    loss = RewardTrainer.compute_loss(stub, model, inputs)
+    expected = bradley_terry_loss(rewards[:3, 0], rewards[3:, 0]).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert stub._metrics["train"]["accuracy"] == [pytest.approx(1 / 3)]
+    assert stub._metrics["train"]["margin"] == [pytest.approx((0.6 - 0.5 - 0.5) / 3)]
+
+
+def test_token_bce_is_the_mean_over_completion_tokens_against_the_rollout_label():
+    logits = torch.tensor([[0.3, -1.0, 2.0, 0.5], [1.0, -0.5, 0.0, 4.0]])
+    targets = torch.tensor([1.0, 0.0])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]])
+
+    def bce(z, y):
+        p = 1 / (1 + math.exp(-z))
+        return -(y * math.log(p) + (1 - y) * math.log(1 - p))
+
+    terms = [bce(-1.0, 1), bce(2.0, 1), bce(0.0, 0), bce(4.0, 0)]
+    assert token_bce_loss(logits, targets, mask).item() == pytest.approx(sum(terms) / 4, rel=1e-6)
+    # Tokens outside the mask (prompt, padding) do not matter.
+    changed = logits.clone()
+    changed[0, 0], changed[0, 3], changed[1, 0] = 50.0, -50.0, -9.0
+    assert token_bce_loss(changed, targets, mask).item() == pytest.approx(sum(terms) / 4, rel=1e-6)
+    # Soft correctness in [0, 1] is a valid target too.
+    soft = token_bce_loss(logits, torch.tensor([0.5, 0.5]), mask).item()
+    assert soft == pytest.approx(sum(bce(z, 0.5) for z in (-1.0, 2.0, 0.0, 4.0)) / 4, rel=1e-6)
+
+
+def test_token_bce_without_completion_tokens_is_zero_and_differentiable():
+    logits = torch.randn(2, 3, requires_grad=True)
+    loss = token_bce_loss(logits, torch.tensor([1.0, 0.0]), torch.zeros(2, 3))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.all(logits.grad == 0)
+
+
+def test_step_ce_only_at_separator_positions():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 3)
+    labels = torch.full((2, 5), -100)
+    labels[0, 2], labels[0, 4], labels[1, 3] = 2, 0, 1  # good, bad, neutral
+    expected = []
+    for b, t in ((0, 2), (0, 4), (1, 3)):
+        z = logits[b, t].tolist()
+        expected.append(-(z[labels[b, t]] - math.log(sum(math.exp(v) for v in z))))
+    assert step_ce_loss(logits, labels).item() == pytest.approx(sum(expected) / 3, rel=1e-5)
+    changed = logits.clone()
+    changed[0, 0] += 100.0
+    changed[1, 4] -= 100.0
+    assert step_ce_loss(changed, labels).item() == pytest.approx(sum(expected) / 3, rel=1e-5)
+    empty = torch.randn(1, 4, 3, requires_grad=True)
+    loss = step_ce_loss(empty, torch.full((1, 4), -100))
+    loss.backward()
+    assert loss.item() == 0.0
+
+
+def test_rollout_scores_mean_and_last_over_the_completion():
+    logits = torch.tensor([[5.0, 0.0, math.log(3.0), 9.0]])
+    mask = torch.tensor([[0, 1, 1, 0]])
+    assert rollout_scores(logits, mask, "mean").item() == pytest.approx((0.5 + 0.75) / 2)
+    assert rollout_scores(logits, mask, "last").item() == pytest.approx(0.75)
+
+
+def test_preference_metrics():
+    m = preference_metrics([1.0, 0.0, 2.0, 0.5], [0.0, 1.0, 1.0, 0.5])
+    assert m["accuracy"] == 0.5  # the tie counts as wrong
+    assert m["margin"] == pytest.approx((1 - 1 + 1 + 0) / 4)
+    assert m["loss"] == pytest.approx(sum(softplus(-d) for d in (1, -1, 1, 0)) / 4)
+    assert m["num_pairs"] == 4
+
+
+def test_rollout_metrics_top1_and_pairwise():
+    #            prompt 0: 3 rollouts      prompt 1: 2 rollouts   prompt 2: all wrong
+    scores = [0.9, 0.2, 0.6, 0.3, 0.8, 0.5, 0.4]
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    groups = [0, 0, 0, 1, 1, 2, 2]
+    m = rollout_metrics(scores, rewards, groups)
+    assert m["top1_accuracy"] == pytest.approx(1 / 3)  # prompt 0 right, prompt 1 wrong, prompt 2 has no right answer
+    assert m["num_pairs"] == 3  # (0.9 vs 0.2), (0.6 vs 0.2), (0.3 vs 0.8)
+    assert m["pairwise_accuracy"] == pytest.approx(2 / 3)
+    assert m["random_top1"] == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
+    assert m["oracle_top1"] == pytest.approx(2 / 3)
+    assert m["num_prompts"] == 3 and m["num_rollouts"] == 7
+
+
+def test_step_metrics():
+    predictions = [[2, 2, 0, -100], [1, 0, -100, -100]]
+    labels = [[2, 0, 0, -100], [1, 2, -100, -100]]
+    m = step_metrics(predictions, labels)
+    assert m["step_accuracy"] == pytest.approx(3 / 5)
+    assert m["majority_baseline"] == pytest.approx(2 / 5)
+    assert m["recall_bad"] == 0.5 and m["recall_neutral"] == 1.0 and m["recall_good"] == 0.5
+    assert m["num_steps"] == 5
