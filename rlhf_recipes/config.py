@@ -30,6 +30,19 @@ from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_objec
 
 PROFILES = ("tiny",)
 
+# What `--profile tiny` sets for every recipe: the embedded model, fp32 on CPU, a few logged
+# steps, no checkpoints, no remote logging. Families add their own (rlhf_recipes/families/).
+TINY_COMMON: dict[str, Any] = {
+    "model_name_or_path": "tiny",
+    "dtype": "float32",
+    "bf16": False,
+    "activation_checkpointing": False,
+    "report_to": "none",
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "dataloader_num_workers": 0,
+}
+
 
 class RecipeError(ValueError):
     """A recipe or command line that cannot be run, with a message saying what to fix."""
@@ -353,7 +366,8 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     layer(data, path)
     if profile == "tiny":
         already_resolved = data.get("resolved_from") is not None
-        family_overlay = {} if already_resolved else {**getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+        family_overlay = {} if already_resolved else {
+            **TINY_COMMON, **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
         overlay = {**family_overlay, **tiny_device_settings()}
         overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.

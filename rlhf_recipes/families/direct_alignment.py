@@ -6,21 +6,13 @@ from trl import get_peft_config
 
 from rlhf_recipes.registry import import_object
 
-TINY_OVERLAY = {
-    "model_name_or_path": "tiny",
-    "dtype": "float32",
+TINY_OVERLAY = {  # on top of config.TINY_COMMON
     "num_samples": 32,
     "max_steps": 4,
     "per_device_train_batch_size": 2,
     "per_device_eval_batch_size": 2,
     "effective_batch_size": 4,
     "max_length": 256,
-    "bf16": False,
-    "activation_checkpointing": False,
-    "report_to": "none",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "dataloader_num_workers": 0,
 }
 
 

@@ -19,20 +19,12 @@ from trl import get_peft_config
 
 from rlhf_recipes.registry import import_object
 
-TINY_OVERLAY = {
-    "model_name_or_path": "tiny",
-    "dtype": "float32",
+TINY_OVERLAY = {  # on top of config.TINY_COMMON
     "num_samples": 16,  # prompts generated (reasoning-gym is offline)
     "max_steps": 4,  # one rollout batch of the book's 4 x 8 structure = 4 optimizer steps
     "max_completion_length": 16,
     "overlong_max_length": 16,  # DAPO's penalty scaled to the tiny budget ...
     "overlong_cache_length": 4,  # ... so it still bites
-    "bf16": False,
-    "activation_checkpointing": False,
-    "report_to": "none",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "dataloader_num_workers": 0,
     "use_vllm": False,
     "log_samples_every": 2,
     "log_samples_count": 2,

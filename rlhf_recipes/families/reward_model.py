@@ -25,9 +25,7 @@ from rlhf_recipes.registry import import_object
 
 logger = logging.getLogger(__name__)
 
-TINY_OVERLAY = {
-    "model_name_or_path": "tiny",
-    "dtype": "float32",
+TINY_OVERLAY = {  # on top of config.TINY_COMMON
     "num_samples": 48,
     "eval_fraction": 0.25,
     "max_steps": 4,
@@ -36,12 +34,6 @@ TINY_OVERLAY = {
     "effective_batch_size": 4,
     "max_length": 256,
     "eval_steps": 2,
-    "bf16": False,
-    "activation_checkpointing": False,
-    "report_to": "none",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "dataloader_num_workers": 0,
 }
 
 NUM_LABELS = {"preference": 1, "outcome": 1, "process": 3}
