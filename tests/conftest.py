@@ -20,6 +20,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tiny model's matrices are too small to gain from threads; on a shared 2-core machine two
+# torch threads per process make it many times slower (and a subprocess inherits this).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _run_module():
@@ -60,6 +63,9 @@ def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int
 @pytest.fixture(scope="session", autouse=True)
 def _tiny_cache(tmp_path_factory):
     """One tiny model build per test session, in a private cache dir unless one is given."""
+    import torch
+
+    torch.set_num_threads(1)
     if "RLHF_RECIPES_CACHE" not in os.environ:
         os.environ["RLHF_RECIPES_CACHE"] = str(tmp_path_factory.mktemp("rlhf-cache"))
     from rlhf_recipes.tiny import tiny_model_path
