@@ -55,6 +55,7 @@ BOOK_OBJECTIVES = ("policy_gradient", "cispo")
 _KL_AGGREGATIONS = ("grpo", "sapo", "bnpo", "dr_grpo")
 _OBJECTIVE_AGGREGATIONS = {"grpo": "seq_mean", "bnpo": "token_mean"}
 _LEFT_PADDED = ("prompt_ids", "prompt_mask")
+FROZEN_DTYPES = ("float32", "bfloat16", "float16")  # for the reference and reward models
 
 
 @dataclass
@@ -143,6 +144,16 @@ class BookGRPOConfig(GRPOConfig):
     )
     log_samples_count: int = field(default=4, metadata={"help": "How many completions to log each time."})
     repetition_ngram: int = field(default=4, metadata={"help": "n of the n-gram repetition (degeneracy) score."})
+    ref_dtype: str | None = field(
+        default=None,
+        metadata={"help": "dtype of the frozen reference model (used when beta > 0), e.g. 'bfloat16' to halve its "
+                  "memory; null: the policy's dtype. The reference never gets gradients."},
+    )
+    reward_model_dtype: str | None = field(
+        default=None,
+        metadata={"help": "dtype of `rm:` reward models, e.g. 'bfloat16'; null: bf16 on a GPU, fp32 on the CPU. "
+                  "Reward models are frozen and never get gradients."},
+    )
 
     def __post_init__(self):
         self._validate_book_options()
@@ -176,6 +187,8 @@ class BookGRPOConfig(GRPOConfig):
         one_of("book_objective", self.book_objective, BOOK_OBJECTIVES + (None,))
         one_of("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         one_of("nonfinite_loss", self.nonfinite_loss, ("skip", "error"))
+        one_of("ref_dtype", self.ref_dtype, FROZEN_DTYPES + (None,))
+        one_of("reward_model_dtype", self.reward_model_dtype, FROZEN_DTYPES + (None,))
         rewards.check_names(list(self.reward_funcs))
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: list at least one reward function")
@@ -370,6 +383,27 @@ def _decode_raw_text(tokenizer, tools) -> None:
 
 
 
+class _quiet_model_init_kwargs_warning:
+    """GRPOTrainer warns that model_init_kwargs are ignored for a policy passed as a model; they are
+    what builds the reference (ref_dtype), so the warning would mislead."""
+
+    def __init__(self, active: bool):
+        self.active = active
+        self.logger = logging.getLogger("trl.trainer.grpo_trainer")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "model_init_kwargs" not in record.getMessage()
+
+    def __enter__(self):
+        if self.active:
+            self.logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeFilter(self)
+        return False
+
+
 class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
     """GRPOTrainer computing the book's advantages and objectives; see the module docstring."""
 
@@ -384,7 +418,16 @@ class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
                 overlong_cache_length=args.overlong_cache_length,
             )
         _decode_raw_text(kwargs.get("processing_class"), kwargs.get("tools"))
-        super().__init__(model, reward_funcs=reward_funcs, args=args, **kwargs)
+        if args.reward_model_dtype is not None:  # `rm:` rewards load lazily, in this dtype
+            for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+                if getattr(func, "scorer", None) is not None:
+                    func.scorer.dtype = args.reward_model_dtype
+        if args.ref_dtype is not None:  # GRPOTrainer builds the reference from model_init_kwargs
+            args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": args.ref_dtype}
+        with _quiet_model_init_kwargs_warning(args.ref_dtype is not None):
+            super().__init__(model, reward_funcs=reward_funcs, args=args, **kwargs)
+        if self.ref_model is not None:
+            self.ref_model.requires_grad_(False)  # frozen: no gradient buffers, whatever its dtype
         if not args.logprobs_at_sampling_temperature and self.temperature != 1.0:
             self._score_at_temperature_one()
         self._reward_index = {name: i for i, name in enumerate(self.reward_func_names)}

@@ -188,6 +188,20 @@ ALGORITHMS: dict[str, Algorithm] = {
             key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/binary_reward/mean",
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
+        Algorithm(
+            "ppo", family="policy_gradient", config_class="custom_losses.ppo_trainer:PPOConfig",
+            trainer_class="custom_losses.ppo_trainer:PPOTrainer",
+            paper="Schulman et al. 2017, Proximal Policy Optimization Algorithms; Schulman et al. 2016 (GAE); "
+                  "Ouyang et al. 2022 (InstructGPT)", chapter="6",
+            # A value model (a copy of the policy with a Linear(hidden, 1) head), GAE (gamma 1.0, lambda 0.98,
+            # no whitening), grpo's clipped term + 0.5 x clipped value loss (0.4), seq-mean of the sum;
+            # KL (beta 0) in the reward. Book run ku3r3g9j.
+            defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
+                      "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
+                      "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
+            key_metrics=("reward", "rewards/correctness_reward/mean", "value_loss", "policy_loss",
+                         "value/explained_variance", "grad_norm"),
+        ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
             "preference_rm", family="reward_model", config_class="custom_losses.reward_models:PreferenceRMConfig",

@@ -43,11 +43,13 @@ class DataSource:
 
 
 def _registry() -> dict[str, DataSource]:
-    from rlhf_recipes.data import gsm8k, gsm8k_rollouts, hh_rlhf, prm800k, reasoning_gym, ultrafeedback
+    from rlhf_recipes.data import (
+        gsm8k, gsm8k_rollouts, hh_rlhf, hh_rlhf_prompts, prm800k, reasoning_gym, ultrafeedback,
+    )
 
     sources = [
         ultrafeedback.SOURCE, hh_rlhf.SOURCE,  # preference pairs (chapters 5 and 8)
-        reasoning_gym.SOURCE, gsm8k.SOURCE,  # prompts for policy gradients (chapter 6)
+        reasoning_gym.SOURCE, gsm8k.SOURCE, hh_rlhf_prompts.SOURCE,  # prompts for policy gradients (chapter 6)
         gsm8k_rollouts.SOURCE, prm800k.SOURCE,  # outcome and process reward models (chapter 5)
     ]
     return {s.name: s for s in sources}

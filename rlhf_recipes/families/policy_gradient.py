@@ -68,6 +68,11 @@ def derive_batch(typed: dict[str, dict[str, Any]], origin: dict[str, str], world
 
 def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
     trainer_class = import_object(recipe.algorithm.trainer_class)
+    extra = {}
+    if getattr(trainer_class, "needs_value_model", False):  # PPO: the value model loads like the policy
+        from rlhf_recipes.models import model_init_kwargs
+
+        extra["value_model_init_kwargs"] = model_init_kwargs(recipe.model)
     return trainer_class(
         model=model,
         args=recipe.training,
@@ -76,6 +81,7 @@ def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
         processing_class=tokenizer,
         peft_config=get_peft_config(recipe.model),
         callbacks=callbacks,
+        **extra,
     )
 
 

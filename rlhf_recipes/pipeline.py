@@ -1,0 +1,501 @@
+"""The classic two-phase RLHF pipeline, end to end, with the methods side by side.
+
+    python recipes/pipeline.py hh [--profile tiny] [--out outputs/hh]
+
+Phase 1 trains a Bradley-Terry reward model (recipes/hh_rm.yaml). Phase 2 optimizes a policy
+against it with a KL penalty to the reference: PPO (recipes/hh_ppo.yaml, KL in the reward) and
+GRPO (recipes/hh_grpo.yaml, KL in the loss); DPO (recipes/hh_dpo.yaml) trains on the same
+pairs without a reward model. Every run uses the reward model's data split (shuffle seed,
+number of rows, held-out fraction), so the held-out prompts were seen by none of them.
+
+Then each trained policy, the reference policy (the common starting checkpoint) and
+best-of-n sampling from the reference are evaluated on the held-out prompts, one sampled
+completion per prompt at temperature 1 (the distribution the KL is about):
+  reward    mean reward-model score of the completions
+  kl        KL(policy || reference) per sequence: the mean over prompts of
+            sum_t (log pi(y_t) - log ref(y_t)) over the completion's tokens, y ~ pi
+            (an unbiased estimate); best-of-n: the analytic bound log n - (n - 1) / n
+  win_rate  share of prompts whose completion the RM scores above the reference's
+            completion for the same prompt (ties count 1/2)
+Writes <out>/pipeline_results.json, <out>/pipeline_table.txt and one plot, <out>/pipeline.png
+(training curves of each run, read with rlhf_recipes.compare, and the final reward vs KL).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+SPLIT_KEYS = ("dataset_shuffle_seed", "num_samples", "eval_fraction")  # the RM's split, given to every run
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    reward_model: str  # recipe file under recipes/
+    policies: dict[str, str]  # method -> recipe file
+    uses_reward_model: tuple[str, ...]  # methods whose reward is the trained RM
+    description: str = ""
+
+
+PIPELINES: dict[str, Pipeline] = {
+    "hh": Pipeline(
+        "hh", reward_model="hh_rm.yaml",
+        policies={"ppo": "hh_ppo.yaml", "grpo": "hh_grpo.yaml", "dpo": "hh_dpo.yaml"},
+        uses_reward_model=("ppo", "grpo"),
+        description="Anthropic HH-RLHF: a Bradley-Terry RM, then PPO and GRPO against it; DPO on the same pairs",
+    ),
+}
+
+
+@dataclass
+class PipelineOptions:
+    pipeline: str = "hh"
+    profile: str | None = None
+    out: Path | None = None
+    launcher: str | None = None  # e.g. "accelerate launch --config_file accelerate_configs/4gpu.yaml"
+    in_process: bool = False
+    overwrite: bool = False
+    evaluate_only: bool = False
+    eval_prompts: int | None = None
+    eval_batch_size: int = 8
+    eval_temperature: float = 1.0
+    eval_max_new_tokens: int | None = None
+    best_of_n: int = 4
+    seed: int = 1234
+    extra: dict[str, list[str]] = field(default_factory=dict)  # per stage (rm, ppo, ...) extra run.py args
+
+
+# --------------------------------------------------------------------------------------
+# Training stages
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("recipes_run", RECIPES / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _finished(out: Path) -> bool:
+    path = out / "final_results.json"
+    if not path.exists():
+        return False
+    return not json.loads(path.read_text()).get("interrupted", False)
+
+
+def _profile_args(options: PipelineOptions) -> list[str]:
+    return ["--profile", options.profile] if options.profile else []
+
+
+def resolve(recipe: str, args: list[str]):
+    from rlhf_recipes.config import load_recipe
+
+    return load_recipe([str(RECIPES / recipe), *args])
+
+
+def rm_dir(pipeline: Pipeline, out: Path) -> Path:
+    """<out>/<RM recipe name>: the folder name is the reward's name (rm_hh_rm) in the policies' logs."""
+    return out / Path(pipeline.reward_model).stem
+
+
+def stage_arguments(pipeline: Pipeline, options: PipelineOptions, out: Path) -> dict[str, list[str]]:
+    """run.py arguments of every stage (recipe first): the RM's data split, the RM as reward, output dirs."""
+    profile = _profile_args(options)
+    rm_out = rm_dir(pipeline, out)
+    rm_recipe = resolve(pipeline.reward_model, [*profile, "--output_dir", str(rm_out)])
+    split: list[str] = []
+    for key in SPLIT_KEYS:
+        value = getattr(rm_recipe.args, key)
+        if value is not None:
+            split += [f"--{key}", str(value)]
+    stages = {"rm": [str(RECIPES / pipeline.reward_model), *profile, "--output_dir", str(rm_out),
+                     *options.extra.get("rm", [])]}
+    for method, recipe in pipeline.policies.items():
+        args = [str(RECIPES / recipe), *profile, "--output_dir", str(out / method), *split]
+        if method in pipeline.uses_reward_model:
+            args += ["--reward_funcs", f"[rm:{rm_out}]", "--reward_weights", "[1.0]"]
+        stages[method] = args + options.extra.get(method, [])
+    return stages
+
+
+def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> str:
+    """Every policy must start from the same checkpoint: it is the reference all are compared with."""
+    models = {method: resolve(Path(stages[method][0]).name, stages[method][1:]).model.model_name_or_path
+              for method in pipeline.policies}
+    if len(set(models.values())) != 1:
+        raise ValueError(f"the policies start from different checkpoints {models}: the comparison needs one "
+                         "reference policy; set the same model_name_or_path in every policy recipe")
+    return next(iter(models.values()))
+
+
+def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
+    """Train one stage (skipped when its run already finished); returns wall seconds."""
+    if _finished(out) and not options.overwrite:
+        logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
+        return 0.0
+    argv = list(argv)
+    if out.exists() and (out / "config.yaml").exists():
+        argv.append("--overwrite")  # an unfinished or replaced run starts over
+    start = time.time()
+    logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
+    if options.in_process:
+        code = _run_module().main(argv)
+    else:
+        launcher = shlex.split(options.launcher) if options.launcher else [sys.executable]
+        code = subprocess.run([*launcher, str(RECIPES / "run.py"), *argv], cwd=ROOT).returncode
+    if code != 0:
+        raise RuntimeError(f"pipeline: stage {name} failed (exit code {code}); its log says why. Fix it and run the "
+                           "pipeline again: finished stages are kept")
+    return time.time() - start
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation
+
+
+def _device():
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_policy(path: str | Path, dtype=None):
+    """A trained policy (full or LoRA adapter, merged) or a checkpoint id, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path) if Path(str(path)).exists() else path
+    kwargs = {"dtype": dtype or (torch.bfloat16 if torch.cuda.is_available() else torch.float32)}
+    if isinstance(path, Path) and (path / "adapter_config.json").exists() and not (path / "config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(str(path), **kwargs).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    return model.to(_device()).eval().requires_grad_(False)
+
+
+def prompt_token_ids(tokenizer, prompts: list[Any], chat_template_kwargs: dict | None) -> list[list[int]]:
+    out = []
+    for prompt in prompts:
+        if isinstance(prompt, list):
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False,
+                                                 **(chat_template_kwargs or {}))
+        else:
+            text = prompt
+        out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def _left_pad(rows: list[list[int]], pad_id: int):
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def sample_completions(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
+                       batch_size: int, seed: int) -> list[list[int]]:
+    """One sampled completion per prompt (token ids up to and including the first EOS)."""
+    import torch
+
+    torch.manual_seed(seed)
+    eos = tokenizer.eos_token_id
+    stop = set(eos if isinstance(eos, list) else [eos])
+    out: list[list[int]] = []
+    device = next(model.parameters()).device
+    for start in range(0, len(prompt_ids), batch_size):
+        ids, mask = _left_pad(prompt_ids[start:start + batch_size], tokenizer.pad_token_id)
+        with torch.no_grad():
+            generated = model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0, min_p=None,
+                max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=list(stop),
+            )
+        for row in generated[:, ids.size(1):].tolist():
+            cut = next((i + 1 for i, t in enumerate(row) if t in stop), len(row))
+            out.append(row[:cut])
+    return out
+
+
+def completion_logprobs(model, prompt_ids: list[list[int]], completions: list[list[int]], pad_id: int,
+                        batch_size: int) -> list[float]:
+    """sum_t log p(y_t | x, y_<t) over each completion, from logits at temperature 1."""
+    import torch
+
+    device = next(model.parameters()).device
+    totals: list[float] = []
+    for start in range(0, len(prompt_ids), batch_size):
+        rows = [p + c for p, c in zip(prompt_ids[start:start + batch_size], completions[start:start + batch_size])]
+        lengths = [len(c) for c in completions[start:start + batch_size]]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):  # right padding: the completion ends each row's real tokens
+            ids[i, :len(r)] = torch.tensor(r)
+            mask[i, :len(r)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+        for i, (r, n) in enumerate(zip(rows, lengths)):
+            if n == 0:
+                totals.append(0.0)
+                continue
+            positions = torch.arange(len(r) - n - 1, len(r) - 1, device=device)
+            logp = torch.log_softmax(logits[i, positions], dim=-1)
+            targets = ids[i, len(r) - n:len(r)].to(device)
+            totals.append(float(logp.gather(-1, targets.unsqueeze(-1)).sum()))
+    return totals
+
+
+def win_rate(scores: list[float], reference: list[float]) -> float:
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in zip(scores, reference))
+    return wins / max(len(scores), 1)
+
+
+def _stderr(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def best_of_n_kl(n: int) -> float:
+    """KL(best-of-n || base) <= log n - (n - 1) / n (Stiennon et al. 2020; exact for distinct samples)."""
+    return math.log(n) - (n - 1) / n
+
+
+def evaluate_policies(
+    runs: dict[str, Path], reference_path: str, rm_path: Path, prompts: list[Any], tokenizer,
+    chat_template_kwargs: dict | None, max_new_tokens: int, options: PipelineOptions,
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
+    from rewards.reward_model import reward_model_reward
+    from rlhf_recipes.models import resolve_model_path
+
+    rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
+    pad_id = tokenizer.pad_token_id
+    prompt_ids = prompt_token_ids(tokenizer, prompts, chat_template_kwargs)
+    texts = lambda ids: [tokenizer.decode(c, skip_special_tokens=True) for c in ids]  # noqa: E731
+    as_messages = lambda strings: [[{"role": "assistant", "content": s}] for s in strings]  # noqa: E731
+
+    reference = load_policy(resolve_model_path(reference_path))
+    ref_ids = sample_completions(reference, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
+                                 options.eval_batch_size, options.seed)
+    ref_texts = texts(ref_ids)
+    ref_scores = rm(completions=as_messages(ref_texts), prompts=prompts)
+    rows = [{"method": "reference", "run": str(reference_path), "mean_reward": _mean(ref_scores),
+             "reward_stderr": _stderr(ref_scores), "kl": 0.0, "kl_per_token": 0.0, "win_rate": 0.5,
+             "mean_length": _mean([len(c) for c in ref_ids])}]
+    samples = {"reference": _samples(prompts, ref_texts, ref_scores)}
+
+    for method, run in runs.items():
+        policy = load_policy(run)
+        ids = sample_completions(policy, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
+                                 options.eval_batch_size, options.seed + 1)
+        logp = completion_logprobs(policy, prompt_ids, ids, pad_id, options.eval_batch_size)
+        del policy
+        ref_logp = completion_logprobs(reference, prompt_ids, ids, pad_id, options.eval_batch_size)
+        kl = [a - b for a, b in zip(logp, ref_logp)]
+        tokens = sum(len(c) for c in ids)
+        completion_texts = texts(ids)
+        scores = rm(completions=as_messages(completion_texts), prompts=prompts)
+        rows.append({"method": method, "run": str(run), "mean_reward": _mean(scores),
+                     "reward_stderr": _stderr(scores), "kl": _mean(kl), "kl_per_token": sum(kl) / max(tokens, 1),
+                     "win_rate": win_rate(scores, ref_scores), "mean_length": _mean([len(c) for c in ids])})
+        samples[method] = _samples(prompts, completion_texts, scores)
+
+    if options.best_of_n > 1:
+        n = options.best_of_n
+        candidates = [sample_completions(reference, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
+                                         options.eval_batch_size, options.seed + 100 + k) for k in range(n)]
+        candidate_scores = [rm(completions=as_messages(texts(c)), prompts=prompts) for c in candidates]
+        best = [max(range(n), key=lambda k: candidate_scores[k][i]) for i in range(len(prompts))]
+        scores = [candidate_scores[k][i] for i, k in enumerate(best)]
+        best_ids = [candidates[k][i] for i, k in enumerate(best)]
+        name = f"best_of_{n}"
+        rows.append({"method": name, "run": f"{n} samples of the reference, the RM picks one",
+                     "mean_reward": _mean(scores), "reward_stderr": _stderr(scores), "kl": best_of_n_kl(n),
+                     "kl_per_token": None, "win_rate": win_rate(scores, ref_scores),
+                     "mean_length": _mean([len(c) for c in best_ids]), "kl_note": "analytic bound log n - (n-1)/n"})
+        samples[name] = _samples(prompts, texts(best_ids), scores)
+    return rows, samples
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _samples(prompts: list[Any], completions: list[str], scores: list[float], count: int = 2) -> list[dict]:
+    from rewards.text import prompt_text
+
+    return [{"prompt": prompt_text(p)[-300:], "completion": c[:400], "reward": round(s, 4)}
+            for p, c, s in list(zip(prompts, completions, scores))[:count]]
+
+
+# --------------------------------------------------------------------------------------
+# The table and the plot
+
+
+def format_table(rows: list[dict[str, Any]], header: str = "") -> str:
+    lines = [header] if header else []
+    lines.append(f"{'method':<12} {'reward (RM)':>16} {'KL to ref':>10} {'KL/token':>9} {'win-rate':>9} {'length':>7}")
+    for r in rows:
+        reward = f"{r['mean_reward']:+.4f} ± {r['reward_stderr']:.3f}" if not math.isnan(r["reward_stderr"]) else \
+            f"{r['mean_reward']:+.4f}"
+        per_token = "-" if r.get("kl_per_token") is None else f"{r['kl_per_token']:.4f}"
+        lines.append(f"{r['method']:<12} {reward:>16} {r['kl']:>10.4f} {per_token:>9} {r['win_rate']:>9.3f} "
+                     f"{r['mean_length']:>7.1f}")
+    lines.append("reward: mean RM score on held-out prompts; KL: per sequence, sum over tokens of log pi - log ref "
+                 "(y ~ pi, temperature 1); win-rate: RM prefers the method's completion to the reference's "
+                 "(ties 1/2).")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path: Path, title: str) -> Path:
+    """One figure: RM reward and KL during training (PPO, GRPO), DPO's reward accuracy, final reward vs KL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlhf_recipes.compare.load import load_run
+
+    loaded = {m: load_run(p, m) for m, p in runs.items() if (p / "metrics.jsonl").exists()}
+    colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(
+        [r["method"] for r in rows])}
+    panels = [
+        ("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], ("ppo", "grpo")),
+        ("KL to the reference during training", ["kl"], ("ppo", "grpo")),
+        ("DPO during training", ["rewards/accuracies"], ("dpo",)),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
+    for ax, (panel_title, metrics, methods) in zip(axes, panels):
+        for method in methods:
+            run = loaded.get(method)
+            if run is None:
+                continue
+            for metric in metrics:
+                steps, values = run.series(metric)
+                if len(steps):
+                    ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, color=colors.get(method),
+                            label=f"{method}: {metric}")
+                    break
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    ax = axes[3]
+    for r in rows:
+        ax.errorbar(r["kl"], r["mean_reward"], yerr=0.0 if math.isnan(r["reward_stderr"]) else r["reward_stderr"],
+                    fmt="o", color=colors.get(r["method"]), capsize=3)
+        ax.annotate(f"{r['method']} ({r['win_rate']:.2f})", (r["kl"], r["mean_reward"]), fontsize=8,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_title("held-out: RM reward vs KL to reference (win-rate)", fontsize=10)
+    ax.set_xlabel("KL(policy || reference) per sequence")
+    ax.set_ylabel("mean RM reward")
+    ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# The whole pipeline
+
+
+def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
+    from rewards.reward_model import reward_name
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.models import load_tokenizer
+
+    if options.pipeline not in PIPELINES:
+        raise ValueError(f"unknown pipeline `{options.pipeline}`; available: {', '.join(PIPELINES)}")
+    pipeline = PIPELINES[options.pipeline]
+    out = Path(options.out or (Path("outputs") / (f"{pipeline.name}-{options.profile}" if options.profile
+                                                   else pipeline.name)))
+    out.mkdir(parents=True, exist_ok=True)
+    stages = stage_arguments(pipeline, options, out)
+    reference_path = check_same_reference(pipeline, stages)
+
+    rm_out = rm_dir(pipeline, out)
+    runs = {m: out / m for m in pipeline.policies}
+    walls: dict[str, float] = {}
+    if not options.evaluate_only:
+        for name, argv in stages.items():
+            walls[name] = run_stage(name, argv, rm_out if name == "rm" else runs[name], options)
+    missing = [str(p) for p in [rm_out, *runs.values()] if not _finished(p)]
+    if missing:
+        raise RuntimeError(f"pipeline: no finished run in {missing}; train them first (without --evaluate-only)")
+
+    # Held-out prompts: the eval split of the first policy recipe (= the RM's held-out pairs' prompts).
+    first = next(iter(pipeline.policies))
+    recipe = resolve(Path(stages[first][0]).name, stages[first][1:])
+    _, held_out = load_splits(recipe)
+    if held_out is None:
+        raise ValueError("pipeline: the recipes hold no rows out (eval_fraction 0): nothing to evaluate on")
+    prompts = list(held_out["prompt"])[: options.eval_prompts] if options.eval_prompts else list(held_out["prompt"])
+    tokenizer = load_tokenizer(recipe.model)
+    max_new = options.eval_max_new_tokens or recipe.training.max_completion_length
+    rows, samples = evaluate_policies(runs, reference_path, rm_out, prompts, tokenizer,
+                                      recipe.training.chat_template_kwargs, max_new, options)
+    for row in rows:
+        run = runs.get(row["method"])
+        if run is not None:
+            final = json.loads((run / "final_results.json").read_text())
+            row["steps"] = final.get("steps")
+            row["train_wall_seconds"] = final.get("wall_seconds")
+
+    rm_final = json.loads((rm_out / "final_results.json").read_text())
+    header = (f"{pipeline.description}\nreward model: {rm_out} (held-out pairwise accuracy "
+              f"{rm_final.get('evaluation', {}).get('accuracy', float('nan')):.3f}); {len(prompts)} held-out prompts, "
+              f"temperature {options.eval_temperature}, up to {max_new} new tokens")
+    table = format_table(rows, header)
+    results = {
+        "pipeline": pipeline.name, "profile": options.profile, "out": str(out), "reference": reference_path,
+        "reward_model": {"path": str(rm_out), "evaluation": rm_final.get("evaluation")},
+        "evaluation": {"prompts": len(prompts), "temperature": options.eval_temperature, "max_new_tokens": max_new,
+                       "seed": options.seed, "best_of_n": options.best_of_n},
+        "methods": rows, "samples": samples, "train_wall_seconds": walls,
+        "runs": {"rm": str(rm_out), **{m: str(p) for m, p in runs.items()}},
+    }
+    (out / "pipeline_results.json").write_text(json.dumps(_clean(results), indent=2, default=str) + "\n")
+    (out / "pipeline_table.txt").write_text(table + "\n")
+    plot(rows, runs, reward_name(str(rm_out)), out / "pipeline.png",
+         f"{pipeline.name}: reward model, then PPO / GRPO against it, DPO on the pairs")
+    print(table)
+    return results
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and inf become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
