@@ -395,6 +395,11 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
                 f"{origin[key]}: `{key}` must be {_describe(annotation)}, got {value!r} ({type(value).__name__})"
             ) from None
 
+    # LoRA adapts every linear layer unless the recipe names its targets: PEFT has no default for some
+    # architectures (OLMo-2), and adapters on all linear layers are what QLoRA needs to match a full fine-tune.
+    if typed["model"].get("use_peft") and typed["model"].get("lora_target_modules") is None:
+        typed["model"]["lora_target_modules"] = ["all-linear"]
+
     # Effective batch is the recipe's meaning; accumulation follows from the world size.
     derive = getattr(family, "derive_batch", derive_gradient_accumulation)
     derive(typed, origin, world_size)

@@ -1,0 +1,375 @@
+#!/usr/bin/env python
+"""Step benchmark per recipe family: tokens/s, step time, peak memory, MFU, and the planner's prediction.
+
+    python recipes/benchmark.py                       # GPU: the book's model for each family, random weights
+    python recipes/benchmark.py --models all --lora off,on --attention sdpa,flash_attention_2
+    python recipes/benchmark.py --tiny                # CPU: the embedded tiny model (a smoke run of this script)
+
+For each (algorithm, model, LoRA, attention) it builds the model's architecture from its shipped
+config.json with random weights (no download), saves it next to the tiny tokenizer, and runs the
+recipe through recipes/run.py's own pipeline (data, family, trainer) for --warmup + --steps
+optimizer steps, one micro-batch per step (effective batch = micro-batch; policy gradients keep
+their rollout structure). Sequences come from a synthetic file in the dataset's schema, long
+enough to fill --seq-len tokens (policy gradients: reasoning-gym prompts, completions at the
+max_completion_length budget, which random weights always reach).
+
+Reported per configuration (the steps after warmup):
+  step_s           wall seconds per optimizer step (policy gradients: generation amortized)
+  tokens_per_s     trained tokens (non-padding, every forward with gradients) per second
+  peak_gib         torch.cuda.max_memory_allocated (reserved in parentheses); on CPU, live tensor bytes
+  planned_gib      the planner's peak for the same micro-batch shape (recipes/plan.py)
+  mfu              model FLOPs / s over the GPU's dense bf16 peak: 6 N per trained token (4 N + the
+                   adapters with LoRA), 2 N per reference / rollout-scoring / generated token, the value
+                   model's own 6 N in PPO, + causal attention 6 L a d s per trained token; N counts the
+                   decoder linears and the output head (embedding lookups are free)
+The GRPO rollout phases (generation, scoring, training) are split by recipes/benchmark_grpo.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+RECIPES = Path(__file__).resolve().parent
+ARCHITECTURES = {"qwen3-0.6b": "Qwen/Qwen3-0.6B", "qwen3-1.7b": "Qwen/Qwen3-1.7B", "olmo2-1b": "allenai/OLMo-2-0425-1B"}
+BOOK_MODEL = {"dpo": "olmo2-1b", "grpo": "qwen3-1.7b", "ppo": "qwen3-1.7b", "preference_rm": "qwen3-0.6b",
+              "orm": "qwen3-0.6b"}
+DEFAULT_SEQ_LEN = {"dpo": 1024, "preference_rm": 512, "orm": 1024}
+# Dense bf16 tensor-core peaks (TFLOP/s), by a substring of torch.cuda.get_device_name().
+PEAK_TFLOPS = {"A6000": 154.8, "A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
+               "A10": 125.0, "4090": 165.2}
+
+
+def peak_tflops(name: str) -> float | None:
+    for key in sorted(PEAK_TFLOPS, key=len, reverse=True):
+        if key in name:
+            return PEAK_TFLOPS[key]
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs: a random-weight model of the real architecture, and synthetic data of a known length
+
+
+def build_random_model(arch: str, root: Path, tokenizer) -> Path:
+    """config.json of the architecture (shipped shape) + random bf16 weights + the tiny tokenizer, saved."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlhf_recipes.planner.shapes import load_config
+
+    target = root / arch
+    if (target / "config.json").exists():
+        return target
+    config, _ = load_config(ARCHITECTURES[arch])
+    config = {k: v for k, v in config.items() if k != "_name_or_path"}
+    config.update(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    del model
+    return target
+
+
+def _words(tokenizer, n_tokens: int, rng: random.Random) -> str:
+    vocab = ["the", "answer", "model", "because", "first", "then", "number", "value", "step", "result", "so",
+             "which", "between", "reward", "policy", "gradient", "example", "question", "explain", "simple"]
+    words = []
+    while len(tokenizer(" ".join(words))["input_ids"]) < n_tokens:
+        words.extend(rng.choice(vocab) for _ in range(max(1, (n_tokens - len(words)) // 2)))
+    return " ".join(words)
+
+
+def synthetic_data(algorithm: str, path: Path, tokenizer, seq_len: int, rows: int) -> Path:
+    """Rows in the dataset's real schema whose prompt + response fill about seq_len tokens."""
+    rng = random.Random(0)
+    prompt_len = seq_len // 4
+    lines = []
+    for _ in range(rows):
+        prompt = _words(tokenizer, prompt_len, rng)
+        if algorithm == "orm":
+            completions = [_words(tokenizer, seq_len - prompt_len, rng) + "\n#### 7" for _ in range(2)]
+            lines.append({"prompt": prompt, "completions": completions, "rewards": [1.0, 0.0]})
+        else:
+            responses = [_words(tokenizer, seq_len - prompt_len, rng) for _ in range(2)]
+            lines.append({"prompt": prompt, "chosen": [{"role": "user", "content": prompt},
+                                                       {"role": "assistant", "content": responses[0]}],
+                          "rejected": [{"role": "user", "content": prompt},
+                                       {"role": "assistant", "content": responses[1]}],
+                          "chosen-rating": 5.0, "rejected-rating": 1.0, "source": "synthetic"})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# One configuration
+
+
+def flops_per_trained_token(shape, lora_params: int, lora: bool, seq_len: int, labels: int | None) -> float:
+    """6 N (forward 2 N + backward 4 N), or with LoRA 4 N + 6 N_lora (no weight gradients for the base),
+    + causal attention 6 L a d s."""
+    n = shape.decoder_linear_params() + (shape.vocab * shape.hidden if labels is None else shape.hidden * labels)
+    attention = 6 * shape.layers * shape.heads * shape.head_dim * seq_len
+    return (4 * n + 6 * lora_params if lora else 6 * n) + attention
+
+
+def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warmup: int = 1, lora: bool = False,
+                  attention: str = "sdpa", seq_len: int | None = None, tiny: bool = False,
+                  workdir: Path | None = None, peak: float | None = None) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.planner import Launch, Workload, build_plan, load_shape
+    from rlhf_recipes.planner import memory as M
+    from rlhf_recipes.planner.measure import TensorMemoryTracker
+    from rlhf_recipes.registry import ALGORITHMS, family_of
+    from rlhf_recipes.tiny import tiny_model_path
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not tiny:
+        raise SystemExit("real model shapes need a CUDA GPU; use --tiny for a CPU run of the tiny model")
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="rlhf-bench-"))
+    family = ALGORITHMS[algorithm].family
+    pg = family == "policy_gradient"
+    tok_path = tiny_model_path()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tok_path)
+    arch = "tiny" if tiny else (model or BOOK_MODEL[algorithm])
+    model_path = tok_path if tiny else str(build_random_model(arch, workdir / "models", tokenizer))
+    total_steps = warmup + steps
+    argv = [str(RECIPES / f"{algorithm}.yaml"), "--model_name_or_path", model_path,
+            "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{int(lora)}-{attention}"), "--overwrite",
+            "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--eval_strategy", "no",
+            "--attn_implementation", attention, "--dataloader_num_workers", "0"]
+    if tiny:
+        argv += ["--profile", "tiny", "--model_name_or_path", "tiny"]
+    else:
+        argv += ["--bf16", "true", "--dtype", "bfloat16"]
+    if lora:
+        argv += ["--use_peft", "true"]
+    if pg:
+        argv += ["--rollouts_db", "null", "--log_samples_every", "0"]
+        probe = load_recipe(argv)
+        per_rollout = probe.training.generation_batch_size // (
+            probe.training.per_device_train_batch_size * probe.training.gradient_accumulation_steps)
+        total_steps = per_rollout * (1 + max(1, steps // per_rollout))  # whole rollout batches, the first one warms up
+        warmup = per_rollout
+        argv += ["--max_steps", str(total_steps), "--num_samples", str(4 * total_steps * 8)]
+    else:
+        probe = load_recipe(argv)
+        micro = probe.training.per_device_train_batch_size
+        seq_len = seq_len or (probe.training.max_length if tiny else DEFAULT_SEQ_LEN.get(algorithm, 1024))
+        rows = total_steps * micro + 8
+        data = synthetic_data(algorithm, workdir / f"data-{algorithm}-{seq_len}.jsonl", tokenizer, seq_len, rows)
+        argv += ["--max_steps", str(total_steps), "--effective_batch_size", str(micro), "--data_files", str(data),
+                 "--num_samples", str(rows), "--eval_fraction", "0.0", "--max_length", str(seq_len)]
+    recipe = load_recipe(argv)
+    tokenizer = load_tokenizer(recipe.model)
+    train, _ = load_splits(recipe)
+    fam = family_of(recipe.algorithm)
+    net = fam.load_model(recipe, tokenizer) if hasattr(fam, "load_model") else load_causal_lm(recipe.model)
+    trainer = fam.build_trainer(recipe, net, tokenizer, train, None, [])
+
+    counts = {"trained": 0, "scored": 0, "generated": 0, "shapes": []}
+    timing = {"generate": 0.0}
+    tracker = None if cuda else TensorMemoryTracker()
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def count_tokens(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            return
+        real = int(mask.sum()) if mask is not None else ids.numel()
+        if torch.is_grad_enabled():
+            counts["trained"] += real
+            counts["shapes"].append(tuple(ids.shape))
+            counts["padded"] = counts.get("padded", False) or (mask is not None and real < ids.numel())
+        else:
+            counts["scored"] += real
+
+    backbone = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    backbone.base_model.register_forward_pre_hook(count_tokens, with_kwargs=True)
+    if hasattr(trainer, "_generate_single_turn"):
+        original = trainer._generate_single_turn
+
+        def generate(*a, **k):
+            sync()
+            start = time.perf_counter()
+            out = original(*a, **k)
+            sync()
+            timing["generate"] += time.perf_counter() - start
+            counts["generated"] += sum(len(c) for c in out[0])
+            return out
+
+        trainer._generate_single_turn = generate
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.start = None
+            self.marks = {}
+
+        def on_step_end(self, args, state, control, **kwargs):
+            sync()
+            if state.global_step == warmup:  # measurement starts after the warmup steps
+                self.start = time.perf_counter()
+                self.marks = dict(counts, shapes=None, generate=timing["generate"])
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                elif tracker is not None:
+                    tracker.reset_peak()
+
+    clock = Clock()
+    trainer.add_callback(clock)
+    if tracker is not None:
+        for held in (trainer.model, getattr(trainer, "ref_model", None), getattr(trainer, "value_model", None)):
+            if held is not None:
+                tracker.track(held)
+        with tracker:
+            trainer.train()
+    else:
+        trainer.train()
+    sync()
+    wall = time.perf_counter() - clock.start
+    measured_steps = trainer.state.global_step - warmup
+    trained = counts["trained"] - clock.marks["trained"]
+    scored = counts["scored"] - clock.marks["scored"]
+    generated = counts["generated"] - clock.marks["generated"]
+    gen_seconds = timing["generate"] - clock.marks["generate"]
+    peak_bytes = torch.cuda.max_memory_allocated() if cuda else tracker.peak
+    reserved = torch.cuda.max_memory_reserved() if cuda else None
+
+    # The planner's prediction for the micro-batch shapes seen.
+    shape = load_shape(model_path if not tiny else "tiny")
+    n, s = max(x[0] for x in counts["shapes"]), max(x[1] for x in counts["shapes"])
+    training = recipe.training
+    padded = counts.get("padded", False)
+    if pg:
+        completion = training.max_completion_length
+        workload = Workload(n, s, padded=padded, generation_sequences=training.generation_batch_size,
+                            prompt_len=s - completion, completion_len=completion)
+    else:
+        workload = Workload(n, s, padded=padded)
+    plan = build_plan(recipe, Launch(), shape, workload, device="cuda" if cuda else "cpu")
+
+    labels = None if family != "reward_model" else (3 if algorithm == "prm" else 1)
+    lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
+    per_token = flops_per_trained_token(shape, lora_n, lora, s, labels)
+    head = shape.vocab * shape.hidden if labels is None else shape.hidden
+    forward_only = 2 * (shape.decoder_linear_params() + head)
+    flops = trained * per_token + (scored + generated) * forward_only
+    if algorithm == "ppo" and not getattr(training, "share_value_backbone", False):
+        flops += trained * 6 * shape.decoder_linear_params()  # the value model's own forward + backward
+    peak_flops = (peak or (peak_tflops(torch.cuda.get_device_name()) if cuda else None))
+    return {
+        "algorithm": algorithm,
+        "model": shape.name if not tiny else "tiny",
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "lora": lora,
+        "attention": attention,
+        "micro_batch": f"{n} x {s}",
+        "steps_measured": measured_steps,
+        "step_s": round(wall / max(measured_steps, 1), 4),
+        "tokens_per_s": round(trained / wall, 1),
+        "generated_tokens_per_s": round(generated / gen_seconds, 1) if gen_seconds else None,
+        "generation_share": round(gen_seconds / wall, 3) if gen_seconds else None,
+        "peak_allocated_gib": round(peak_bytes / 2**30, 3),
+        "peak_reserved_gib": round(reserved / 2**30, 3) if reserved else None,
+        "planned_peak_gib": round(plan.peak_bytes / 2**30, 3),
+        "planned_over_measured": round(plan.peak_bytes / peak_bytes, 3),
+        "mfu": round(flops / wall / (peak_flops * 1e12), 4) if peak_flops else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", default="dpo,grpo,ppo,preference_rm,orm",
+                        help="comma-separated; one per family by default")
+    parser.add_argument("--models", default="book", help="'book' (each family's book model), 'all', or a list of "
+                        f"{', '.join(ARCHITECTURES)}")
+    parser.add_argument("--lora", default="off,on", help="off, on, or off,on")
+    parser.add_argument("--attention", default="sdpa", help="sdpa, flash_attention_2 (skipped when not installed)")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: 1024 dpo/orm, 512 preference_rm)")
+    parser.add_argument("--tiny", action="store_true", help="CPU: the tiny model instead of real shapes")
+    parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the built-in table")
+    parser.add_argument("--json", help="write all rows to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the random-weight models and data (in a temp dir)")
+    args = parser.parse_args()
+
+    import torch
+
+    from rlhf_recipes.registry import ALGORITHMS
+
+    if not args.tiny and not torch.cuda.is_available():
+        parser.error("real model shapes need a CUDA GPU; add --tiny for a CPU run of the tiny model")
+    workdir = Path(tempfile.mkdtemp(prefix="rlhf-bench-"))
+    rows = []
+    try:
+        for algorithm in [a for a in args.algorithms.split(",") if a]:
+            if algorithm not in ALGORITHMS:
+                parser.error(f"unknown algorithm {algorithm}")
+            models = [None] if args.tiny or args.models == "book" else (
+                list(ARCHITECTURES) if args.models == "all" else args.models.split(","))
+            for model in models:
+                for lora in [v == "on" for v in args.lora.split(",")]:
+                    for attention in args.attention.split(","):
+                        if attention.startswith("flash"):
+                            import importlib.util
+
+                            if importlib.util.find_spec("flash_attn") is None:
+                                print(f"skip {algorithm} {attention}: flash-attn is not installed", file=sys.stderr)
+                                continue
+                        row = run_benchmark(algorithm, model, args.steps, args.warmup, lora, attention, args.seq_len,
+                                            args.tiny, workdir, args.peak_tflops)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+                        if torch.cuda.is_available():
+                            torch.cuda.empty_cache()
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    _print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="step benchmark (after warmup)")
+    for col in ("algorithm", "model", "lora", "attention", "micro_batch", "step_s", "tokens_per_s",
+                "peak_allocated_gib", "planned_peak_gib", "mfu"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(r[c]) for c in ("algorithm", "model", "lora", "attention", "micro_batch", "step_s",
+                                            "tokens_per_s", "peak_allocated_gib", "planned_peak_gib", "mfu")))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
