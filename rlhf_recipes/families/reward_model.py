@@ -153,6 +153,15 @@ def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
         if str(peft_config.task_type) in ("CAUSAL_LM", "TaskType.CAUSAL_LM"):  # ModelConfig's default
             peft_config.task_type = "SEQ_CLS" if _kind(recipe) == "preference" else "TOKEN_CLS"
         peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | {"score"})
+        # The head trains in full; with `all-linear` targets it would also get a LoRA adapter of its own.
+        peft_config.exclude_modules = sorted(set(peft_config.exclude_modules or []) | {"score"})
+        if recipe.model.load_in_4bit and recipe.model.dtype != "bfloat16":
+            from rlhf_recipes.config import RecipeError
+
+            raise RecipeError(
+                f"{recipe.source}: load_in_4bit with dtype {recipe.model.dtype}: TRL casts the trainable head to "
+                "bfloat16, which then mismatches the hidden states. Use `dtype: bfloat16` for QLoRA reward models."
+            )
     trainer_class = import_object(recipe.algorithm.trainer_class)
     trainer = trainer_class(
         model=model, args=recipe.training, train_dataset=train_set, eval_dataset=eval_set,
