@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from pathlib import Path
 
 import pytest
+import yaml
 import torch
 
 from conftest import read_metrics
@@ -43,6 +45,11 @@ def test_pipeline_trains_every_stage_on_the_rms_split(pipeline):
         final = json.loads((out / stage / "final_results.json").read_text())
         assert final["steps"] == 4 and not final["interrupted"], stage
     assert json.loads((out / "hh_rm" / "final_results.json").read_text())["algorithm"] == "preference_rm"
+    # Each stage ran its own recipe file (config.yaml records where it was resolved from).
+    for stage, recipe in (("hh_rm", "hh_rm.yaml"), ("ppo", "hh_ppo.yaml"), ("grpo", "hh_grpo.yaml"),
+                          ("dpo", "hh_dpo.yaml")):
+        resolved_from = yaml.safe_load((out / stage / "config.yaml").read_text())["resolved_from"]
+        assert Path(resolved_from).name == recipe, (stage, resolved_from)
     assert json.loads((out / "ppo" / "final_results.json").read_text())["value_model"]["kind"] == "separate"
     for method in ("ppo", "grpo"):  # optimized against the trained RM, with a KL penalty to the reference
         logged = {k for r in read_metrics(out / method) for k in r}
