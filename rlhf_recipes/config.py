@@ -368,7 +368,8 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
         already_resolved = data.get("resolved_from") is not None
         family_overlay = {} if already_resolved else {
             **TINY_COMMON, **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
-        overlay = {**family_overlay, **tiny_device_settings()}
+        device = tiny_device_settings()
+        overlay = {**family_overlay, **device}
         overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
@@ -378,7 +379,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
                 continue
             merged[k] = v
             origin[k] = "profile tiny"
-        for k in tiny_device_settings():
+        for k in device:
             origin[k] = "profile tiny (device)"
     layer(cli, "command line")
     merged.setdefault("output_dir", default_output_dir(path, profile))

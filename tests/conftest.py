@@ -49,6 +49,14 @@ def read_metrics(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+def low_token_fraction(completions, completion_ids=None, **kwargs):
+    """A reward a 2-layer model can learn from scratch: the share of its tokens with a low id.
+
+    The learning-signal tests (GRPO, PPO) register it to check that the whole loop is wired right.
+    """
+    return [sum(t < 384 for t in ids) / max(len(ids), 1) for ids in completion_ids]
+
+
 def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Real multi-process run: `accelerate launch --config_file accelerate_configs/cpu/CONFIG recipes/run.py ...`."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}

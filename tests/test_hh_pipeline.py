@@ -10,18 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-import torch
 
 from conftest import read_metrics
 from rlhf_recipes.pipeline import PipelineOptions, best_of_n_kl, run_pipeline, win_rate
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_win_rate_and_best_of_n_kl():

@@ -15,18 +15,10 @@ import pytest
 import torch
 
 import rewards
-from conftest import launch, read_metrics, run_recipe
+from conftest import launch, low_token_fraction, read_metrics, run_recipe
 
 PG_RECIPES = ["reinforce", "rloo", "grpo", "drgrpo", "gspo", "cispo", "sapo", "dapo", "maxrl"]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny model is faster on one thread, and the 2-core CI box is shared with other tests."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def rollouts(out: Path) -> list[dict]:
@@ -92,10 +84,6 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
         assert "rewards/overlong_penalty_reward/mean" in logged
         assert "dynamic_sampling/refill_rounds" in logged
 
-
-def low_token_fraction(completions, completion_ids=None, **kwargs):
-    """A reward a 2-layer model can learn from scratch: the share of its tokens with a low id."""
-    return [sum(t < 384 for t in ids) / max(len(ids), 1) for ids in completion_ids]
 
 
 def test_grpo_learning_signal(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rewards
-from conftest import launch, read_metrics, run_recipe
+from conftest import launch, low_token_fraction, read_metrics, run_recipe
 from custom_losses.pg_objectives import clipped_surrogate_loss, kl_estimate, seq_mean, token_mean
 from custom_losses.ppo import (
     gae, masked_whiten, place_on_last_token, ppo_loss, token_rewards, value_loss_clipped,
@@ -24,13 +24,6 @@ from custom_losses.ppo import (
 def close(t: torch.Tensor, expected, atol: float = 1e-6) -> bool:
     return torch.allclose(t.float(), torch.tensor(expected, dtype=torch.float32), atol=atol)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # --- GAE --------------------------------------------------------------------------------------
@@ -344,10 +337,6 @@ def test_resume_restores_the_value_model(tmp_path):
         assert row["value_loss"] == pytest.approx(reference[row["step"]]["value_loss"], rel=1e-4), row["step"]
         assert row["loss"] == pytest.approx(reference[row["step"]]["loss"], rel=1e-4, abs=1e-6), row["step"]
 
-
-def low_token_fraction(completions, completion_ids=None, **kwargs):
-    """A reward a 2-layer model can learn from scratch: the share of its tokens with a low id."""
-    return [sum(t < 384 for t in ids) / max(len(ids), 1) for ids in completion_ids]
 
 
 def test_ppo_learning_signal(tmp_path):
