@@ -451,6 +451,9 @@ class PPOTrainer(BookGRPOTrainer):
 
         if self.args.fp16:
             raise ValueError("ppo: fp16 loss scaling is not applied to the value model; use bf16 or fp32")
+        # from_pretrained returns a model in eval mode, and transformers only checkpoints activations in
+        # training mode: without this the value model's activations were all kept (dropout is already off).
+        self.value_model.train()
         self._value_wrapped = self.accelerator.prepare_model(self.value_model)
         module = self.value_model
         decay = set(self.get_decay_parameter_names(module))
