@@ -28,6 +28,7 @@ The GRPO rollout phases (generation, scoring, training) are split by recipes/ben
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -126,7 +127,7 @@ def flops_per_trained_token(shape, lora_params: int, lora: bool, seq_len: int, l
     return (4 * n + 6 * lora_params if lora else 6 * n) + attention
 
 
-def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warmup: int = 1, lora: bool = False,
+def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warmup: int = 1, lora: bool | str = False,
                   attention: str = "sdpa", seq_len: int | None = None, tiny: bool = False,
                   workdir: Path | None = None, peak: float | None = None) -> dict:
     import torch
@@ -155,7 +156,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     model_path = tok_path if tiny else str(build_random_model(arch, workdir / "models", tokenizer))
     total_steps = warmup + steps
     argv = [str(RECIPES / f"{algorithm}.yaml"), "--model_name_or_path", model_path,
-            "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{int(lora)}-{attention}"), "--overwrite",
+            "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{lora}-{attention}"), "--overwrite",
             "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--eval_strategy", "no",
             "--attn_implementation", attention, "--dataloader_num_workers", "0"]
     if tiny:
@@ -164,6 +165,8 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         argv += ["--bf16", "true", "--dtype", "bfloat16"]
     if lora:
         argv += ["--use_peft", "true"]
+    if lora == "qlora":
+        argv += ["--load_in_4bit", "true"]
     if pg:
         argv += ["--rollouts_db", "null", "--log_samples_every", "0"]
         probe = load_recipe(argv)
@@ -188,7 +191,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     trainer = fam.build_trainer(recipe, net, tokenizer, train, None, [])
 
     counts = {"trained": 0, "scored": 0, "generated": 0, "shapes": []}
-    timing = {"generate": 0.0}
+    timing = {"generate": 0.0, "generating": False}
     tracker = None if cuda else TensorMemoryTracker()
 
     def sync():
@@ -198,7 +201,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     def count_tokens(module, args, kwargs):
         mask = kwargs.get("attention_mask")
         ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
+        if ids is None or timing["generating"]:  # generated tokens are counted once each, below
             return
         real = int(mask.sum()) if mask is not None else ids.numel()
         if torch.is_grad_enabled():
@@ -216,7 +219,11 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         def generate(*a, **k):
             sync()
             start = time.perf_counter()
-            out = original(*a, **k)
+            timing["generating"] = True
+            try:
+                out = original(*a, **k)
+            finally:
+                timing["generating"] = False
             sync()
             timing["generate"] += time.perf_counter() - start
             counts["generated"] += sum(len(c) for c in out[0])
@@ -271,6 +278,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     else:
         workload = Workload(n, s, padded=padded)
     plan = build_plan(recipe, Launch(), shape, workload, device="cuda" if cuda else "cpu")
+    plan_inputs = {"recipe_args": _plan_args(argv[1:]), "workload": dataclasses.asdict(workload)}
 
     labels = None if family != "reward_model" else (3 if algorithm == "prm" else 1)
     lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
@@ -283,7 +291,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     peak_flops = (peak or (peak_tflops(torch.cuda.get_device_name()) if cuda else None))
     return {
         "algorithm": algorithm,
-        "model": shape.name if not tiny else "tiny",
+        "model": arch,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "lora": lora,
         "attention": attention,
@@ -293,12 +301,44 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         "tokens_per_s": round(trained / wall, 1),
         "generated_tokens_per_s": round(generated / gen_seconds, 1) if gen_seconds else None,
         "generation_share": round(gen_seconds / wall, 3) if gen_seconds else None,
+        "tokens_trained_scored_generated": [trained, scored, generated],  # what the MFU counts
         "peak_allocated_gib": round(peak_bytes / 2**30, 3),
         "peak_reserved_gib": round(reserved / 2**30, 3) if reserved else None,
         "planned_peak_gib": round(plan.peak_bytes / 2**30, 3),
         "planned_over_measured": round(plan.peak_bytes / peak_bytes, 3),
         "mfu": round(flops / wall / (peak_flops * 1e12), 4) if peak_flops else None,
+        "plan_inputs": plan_inputs,  # replan(row) predicts the peak again from these alone
     }
+
+
+def _plan_args(args: list[str]) -> list[str]:
+    """The command-line options of a benchmark run that the plan depends on (not paths or run bookkeeping)."""
+    drop = {"--output_dir", "--data_files", "--model_name_or_path"}
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in drop:
+            skip = True
+        elif a != "--overwrite":
+            out.append(a)
+    return out
+
+
+def replan(row: dict, device: str = "cuda"):
+    """The planner's prediction for a recorded benchmark row, from the architecture's shipped shape and the
+    row's plan_inputs: no GPU, no weights (tests/test_planner.py checks recorded GPU peaks with it)."""
+    import tempfile
+
+    from rlhf_recipes.planner import Launch, Workload, build_plan, load_shape
+    from rlhf_recipes.planner.plan import load_for_planning
+
+    hub_id = ARCHITECTURES[row["model"]]
+    with tempfile.TemporaryDirectory() as out:
+        recipe, bf16 = load_for_planning([str(RECIPES / f"{row['algorithm']}.yaml"), "--model_name_or_path", hub_id,
+                                          "--output_dir", out, *row["plan_inputs"]["recipe_args"]], world_size=1)
+    return build_plan(recipe, Launch(), load_shape(hub_id), Workload(**row["plan_inputs"]["workload"]), bf16=bf16,
+                      device=device)
 
 
 def main() -> int:
@@ -307,7 +347,7 @@ def main() -> int:
                         help="comma-separated; one per family by default")
     parser.add_argument("--models", default="book", help="'book' (each family's book model), 'all', or a list of "
                         f"{', '.join(ARCHITECTURES)}")
-    parser.add_argument("--lora", default="off,on", help="off, on, or off,on")
+    parser.add_argument("--lora", default="off,on", help="comma-separated of off, on (LoRA), qlora (LoRA on a 4-bit base)")
     parser.add_argument("--attention", default="sdpa", help="sdpa, flash_attention_2 (skipped when not installed)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
@@ -317,6 +357,10 @@ def main() -> int:
     parser.add_argument("--json", help="write all rows to this file")
     parser.add_argument("--keep", action="store_true", help="keep the random-weight models and data (in a temp dir)")
     args = parser.parse_args()
+    lora_modes = {"off": False, "on": True, "qlora": "qlora"}
+    for v in args.lora.split(","):
+        if v not in lora_modes:
+            parser.error(f"--lora: unknown value {v!r}; expected a comma-separated list of {', '.join(lora_modes)}")
 
     import torch
 
@@ -333,7 +377,7 @@ def main() -> int:
             models = [None] if args.tiny or args.models == "book" else (
                 list(ARCHITECTURES) if args.models == "all" else args.models.split(","))
             for model in models:
-                for lora in [v == "on" for v in args.lora.split(",")]:
+                for lora in [lora_modes[v] for v in args.lora.split(",")]:
                     for attention in args.attention.split(","):
                         if attention.startswith("flash"):
                             import importlib.util
@@ -367,7 +411,7 @@ def _print_table(rows: list[dict]) -> None:
     for r in rows:
         table.add_row(*(str(r[c]) for c in ("algorithm", "model", "lora", "attention", "micro_batch", "step_s",
                                             "tokens_per_s", "peak_allocated_gib", "planned_peak_gib", "mfu")))
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 if __name__ == "__main__":
