@@ -32,6 +32,7 @@ the default here and TRL's is an option:
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ from custom_losses.rollout_health import (
 )
 
 logger = logging.getLogger(__name__)
+DYNAMIC_SAMPLING_STATE = "dynamic_sampling_state.json"  # in each checkpoint of a dynamic_sampling run
 
 BOOK_OBJECTIVES = ("policy_gradient", "cispo")
 # TRL loss types whose aggregation the book's KL term (and our own objectives) can follow.
@@ -443,6 +445,7 @@ class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
         self._nonfinite_skips = 0
         self._refill_order: list[int] = []
         self._refill_epoch = 0
+        self._refill_taken = 0  # fresh prompts drawn so far (all processes); checkpointed, replayed on resume
         self._monitor_init(self.reward_func_names)
 
     # --- log-probs -------------------------------------------------------------------------
@@ -584,14 +587,37 @@ class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
         process), so the main pass over the data is not disturbed.
         """
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        wanted = world * groups_per_process
-        while len(self._refill_order) < wanted:
+        taken = self._take_refill_indices(world * groups_per_process)
+        mine = taken[rank * groups_per_process:(rank + 1) * groups_per_process]
+        return [dict(self.train_dataset[i]) for i in mine for _ in range(self.num_generations)]
+
+    def _take_refill_indices(self, count: int) -> list[int]:
+        while len(self._refill_order) < count:
             generator = torch.Generator().manual_seed(self.args.seed + 7919 * (self._refill_epoch + 1))
             self._refill_order += torch.randperm(len(self.train_dataset), generator=generator).tolist()
             self._refill_epoch += 1
-        taken, self._refill_order = self._refill_order[:wanted], self._refill_order[wanted:]
-        mine = taken[rank * groups_per_process:(rank + 1) * groups_per_process]
-        return [dict(self.train_dataset[i]) for i in mine for _ in range(self.num_generations)]
+        taken, self._refill_order = self._refill_order[:count], self._refill_order[count:]
+        self._refill_taken += count
+        return taken
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.dynamic_sampling and self.args.should_save:
+            state = {"refill_prompts_taken": self._refill_taken}
+            (Path(output_dir) / DYNAMIC_SAMPLING_STATE).write_text(json.dumps(state) + "\n")
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = Path(checkpoint) / DYNAMIC_SAMPLING_STATE if checkpoint else None
+        if not self.args.dynamic_sampling or path is None:
+            return
+        if not path.exists():
+            logger.warning("%s has no %s: refill prompts start again from the first fresh prompt",
+                           checkpoint, DYNAMIC_SAMPLING_STATE)
+            return
+        # The refill order is a function of the seed: replaying the count puts it where the saved run was.
+        self._refill_order, self._refill_epoch, self._refill_taken = [], 0, 0
+        self._take_refill_indices(json.loads(path.read_text())["refill_prompts_taken"])
 
     def _dynamic_sampling_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         group = self.num_generations

@@ -199,3 +199,32 @@ def test_dapo_refill_two_processes(tmp_path):
     assert results["world_size"] == 2
     first = next(r for r in read_metrics(out) if "dynamic_sampling/refill_rounds" in r)
     assert first["dynamic_sampling/refill_rounds"] == 1
+
+
+def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
+    """A checkpoint records how many fresh prompts dynamic sampling has drawn, and a resumed run draws the
+    next ones: the rollouts and losses after the checkpoint equal the uninterrupted run's (drawing the first
+    fresh prompts again would give other prompts, completions and losses)."""
+    import shutil
+
+    rewards.register(parity_reward, replace=True)
+    out = tmp_path / "saved"
+    run_recipe("dapo.yaml", out, "--reward_funcs", "[correctness_reward, format_reward, parity_reward]",
+               "--reward_weights", "[1.0, 0.5, 1.0]", "--dynamic_sampling_reward", "parity_reward",
+               "--max_refill_rounds", "6", "--max_steps", "8", "--num_samples", "64",
+               "--save_strategy", "steps", "--save_steps", "4")
+    state = json.loads((out / "checkpoint-4" / "dynamic_sampling_state.json").read_text())
+    assert state["refill_prompts_taken"] > 0
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-8"))
+    run_recipe(resumed / "config.yaml", resumed, "--resume", str(resumed / "checkpoint-4"))
+
+    def after_checkpoint(run):
+        return sorted((r["step"], r["prompt"], r["completion"]) for r in rollouts(run) if r["step"] >= 4)  # generated at step 4, for steps 5-8
+
+    assert after_checkpoint(out) and after_checkpoint(resumed) == after_checkpoint(out)
+    reference = {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
+    after = {r["step"]: r["loss"] for r in read_metrics(resumed) if "loss" in r and r["step"] > 4}
+    assert sorted(after) == [5, 6, 7, 8]
+    for step, loss in after.items():
+        assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
