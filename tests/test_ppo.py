@@ -186,20 +186,24 @@ def _independent_gae(rewards: list[float], values: list[float], gamma: float, la
     return adv, [a + v for a, v in zip(adv, values)]
 
 
-@pytest.fixture(scope="module")
-def ppo_trainer(tmp_path_factory):
+def tiny_ppo_trainer(output_dir, *extra: str):
+    """A PPOTrainer on the tiny profile, built as recipes/run.py builds it, and its training split."""
     from custom_losses.ppo_trainer import PPOTrainer
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
 
-    out = tmp_path_factory.mktemp("ppo-unit")
-    recipe = load_recipe(["recipes/ppo.yaml", "--profile", "tiny", "--output_dir", str(out), "--beta", "0.1",
-                          "--temperature", "1.0"])
+    recipe = load_recipe(["recipes/ppo.yaml", "--profile", "tiny", "--output_dir", str(output_dir), *extra])
     tokenizer = load_tokenizer(recipe.model)
     train, _ = load_splits(recipe)
     trainer = PPOTrainer(model=load_causal_lm(recipe.model), args=recipe.training, train_dataset=train,
                          processing_class=tokenizer)
+    return trainer, train
+
+
+@pytest.fixture(scope="module")
+def ppo_trainer(tmp_path_factory):
+    trainer, train = tiny_ppo_trainer(tmp_path_factory.mktemp("ppo-unit"), "--beta", "0.1", "--temperature", "1.0")
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 4
     return trainer, [dict(train[i]) for i in range(6)]
@@ -373,17 +377,7 @@ def test_value_model_activations_are_checkpointed_like_the_policys(tmp_path):
     """With activation_checkpointing, every training forward of the value model's layers goes through
     checkpointing, as the policy's do. (from_pretrained leaves a model in eval mode, where transformers skips
     checkpointing: a GPU benchmark of Qwen3-1.7B PPO showed the value model's activations all kept.)"""
-    from custom_losses.ppo_trainer import PPOTrainer
-    from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.data import load_splits
-    from rlhf_recipes.models import load_causal_lm, load_tokenizer
-
-    recipe = load_recipe(["recipes/ppo.yaml", "--profile", "tiny", "--output_dir", str(tmp_path), "--max_steps", "1",
-                          "--activation_checkpointing", "true"])
-    tokenizer = load_tokenizer(recipe.model)
-    train, _ = load_splits(recipe)
-    trainer = PPOTrainer(model=load_causal_lm(recipe.model), args=recipe.training, train_dataset=train,
-                         processing_class=tokenizer)
+    trainer, _ = tiny_ppo_trainer(tmp_path, "--max_steps", "1", "--activation_checkpointing", "true")
     checkpointed = {"policy": 0, "value": 0}
 
     def count(role):  # transformers' own condition for checkpointing a layer (GradientCheckpointingLayer)
@@ -395,5 +389,5 @@ def test_value_model_activations_are_checkpointed_like_the_policys(tmp_path):
     trainer.model.model.layers[0].register_forward_pre_hook(count("policy"))
     trainer.value_model.model.layers[0].register_forward_pre_hook(count("value"))
     trainer.train()
-    micro_batches = recipe.training.gradient_accumulation_steps
+    micro_batches = trainer.args.gradient_accumulation_steps
     assert checkpointed == {"policy": micro_batches, "value": micro_batches}, checkpointed
