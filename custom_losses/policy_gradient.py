@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from custom_losses.advantages import ESTIMATORS, compute_advantages, groups_with_contrast
 from custom_losses.pg_objectives import (
@@ -406,6 +407,33 @@ class _quiet_model_init_kwargs_warning:
         return False
 
 
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's RepeatSampler, whose prompt order in epoch e is always the e-th draw of its seeded generator.
+
+    TRL's sampler draws one permutation per pass from a generator seeded once, so an uninterrupted
+    run uses draws 0, 1, 2, ... A run resumed at the start of epoch e builds a fresh sampler and
+    would use draw 0 again; transformers calls set_epoch(e) on the sampler, and this class replays
+    the e draws before it, so the resumed run sees the uninterrupted run's order.
+    """
+
+    epoch: int | None = None
+
+    @classmethod
+    def like(cls, sampler: RepeatSampler) -> "EpochSeededRepeatSampler":
+        return cls(sampler.data_source, sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count,
+                   sampler.shuffle, sampler.seed)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None and self.epoch is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(self.epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()
+
+
 class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
     """GRPOTrainer computing the book's advantages and objectives; see the module docstring."""
 
@@ -577,6 +605,10 @@ class BookGRPOTrainer(RolloutMonitorMixin, GRPOTrainer):
         if self.model.training and self.args.dynamic_sampling:
             return self._dynamic_sampling_batch(inputs)
         return self._score_round(inputs)[0]
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSeededRepeatSampler.like(sampler) if type(sampler) is RepeatSampler else sampler
 
     # --- DAPO's dynamic sampling ------------------------------------------------------------
 

@@ -228,3 +228,31 @@ def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
     assert sorted(after) == [5, 6, 7, 8]
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
+
+
+def test_resume_at_an_epoch_boundary_keeps_the_prompt_order(tmp_path):
+    """Resumed at the first step of the second pass over the prompts, a run sees the prompts (and so the
+    completions and losses) of the uninterrupted run: the sampler's order for epoch e does not depend
+    on where the run started (TRL's RepeatSampler alone would repeat the first pass's order)."""
+    import shutil
+
+    out = tmp_path / "saved"
+    run_recipe("grpo.yaml", out, "--num_samples", "8", "--num_train_epochs", "2", "--max_steps", "-1",
+               "--save_strategy", "steps", "--save_steps", "8")
+    steps = [r["step"] for r in read_metrics(out) if "loss" in r]
+    assert steps == list(range(1, 17))  # 8 steps per pass: checkpoint-8 is the boundary
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-16"))
+    run_recipe(resumed / "config.yaml", resumed, "--resume", str(resumed / "checkpoint-8"))
+
+    def second_pass(run):
+        return sorted((r["step"], r["prompt"], r["completion"]) for r in rollouts(run) if r["step"] >= 8)
+
+    first_pass = {r["prompt"] for r in rollouts(out) if r["step"] < 8}
+    assert second_pass(out) and {p for _, p, _ in second_pass(out)} == first_pass
+    assert second_pass(resumed) == second_pass(out)
+    reference = {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
+    after = {r["step"]: r["loss"] for r in read_metrics(resumed) if "loss" in r and r["step"] > 8}
+    assert sorted(after) == list(range(9, 17))
+    for step, loss in after.items():
+        assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
