@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                            trainer.state.global_step, output_dir / "config.yaml")
         else:
             logger.info("done: %s", output_dir / "final_results.json")
+    # Ranks leave together and close the process group themselves: a rank that exits while another
+    # still writes results can abort in the communication backend's teardown.
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return EXIT_INTERRUPTED if interrupt.interrupted else 0
 
 
