@@ -382,12 +382,15 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
 
 # Measured on this machine (tiny profile, 4 optimizer steps, fp32): planned / measured peak
 # dpo 1.04, simpo 1.07, preference_rm 1.00, orm 1.01, grpo 1.01, ppo 1.08; with LoRA: dpo 1.03,
-# grpo (+ checkpointing) 1.05; orm with checkpointing 1.04.
+# grpo (+ checkpointing) 1.05; orm with checkpointing 1.04; ppo with checkpointing 1.09; one micro-batch per step:
+# dpo 1.02, preference_rm 1.00.
 TINY_RUNS = [(a, ()) for a in ("dpo", "simpo", "preference_rm", "orm", "grpo", "ppo") if a in ALGORITHMS] + [
     ("dpo", ("--use_peft", "true")),
     ("grpo", ("--use_peft", "true", "--activation_checkpointing", "true")),
     ("orm", ("--activation_checkpointing", "true")),
     ("ppo", ("--activation_checkpointing", "true")),  # the separate value model is checkpointed too
+    ("dpo", ("--effective_batch_size", "2")),  # one micro-batch per optimizer step
+    ("preference_rm", ("--effective_batch_size", "2")),
 ]
 
 
@@ -411,6 +414,23 @@ def test_benchmark_script_runs_on_cpu(tmp_path):
     row = _benchmark_module().run_benchmark("preference_rm", steps=1, tiny=True, workdir=tmp_path)
     assert row["steps_measured"] == 1 and row["tokens_per_s"] > 0 and row["mfu"] is None
     assert 0.9 <= row["planned_over_measured"] <= 1.2, row
+
+
+@pytest.mark.parametrize("max_length", ["256", "2048"])  # gradients larger than the activations, then smaller
+def test_gradients_overlap_activations_only_without_accumulation(max_length):
+    """One micro-batch per step: each layer's gradients appear as its saved activations are freed, so the
+    train phase holds the larger of the two; with accumulation it holds both (ORM on Qwen3-0.6B, bf16)."""
+    def plan(effective: str):
+        return plan_recipe(["recipes/orm.yaml", "--effective_batch_size", effective, "--bf16", "true",
+                            "--max_length", max_length], Launch())
+
+    one, accumulated = plan("1"), plan("2")
+    assert one.recipe.training.gradient_accumulation_steps == 1
+    assert accumulated.recipe.training.gradient_accumulation_steps == 2
+    terms = {t.name: t.bytes for t in accumulated.terms}
+    activations, gradients = terms["activations"], terms["gradients"]
+    overlap = accumulated.phase_bytes("train") - one.phase_bytes("train")
+    assert overlap == pytest.approx(min(activations, gradients))
 
 
 def _recorded_gpu_rows():

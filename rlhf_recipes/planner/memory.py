@@ -175,11 +175,10 @@ def activation_bytes(shape: ModelShape, tokens: int, e: int, checkpointing: bool
     per_layer = layer_activation_bytes_per_token(shape, e, attention, padded, seq_len)
     work = backward_layer_workspace_per_token(shape, e)
     outside = (4 + (4 if shape.norm_weight_fp32 else e)) * shape.hidden
-    if checkpointing:
-        saved = tokens * shape.layers * e * shape.hidden + tokens * per_layer
-    else:
-        saved = tokens * shape.layers * per_layer
-    return {"layers": saved, "backward_workspace": tokens * work, "final_norm": tokens * outside}
+    checkpoints = tokens * shape.layers * e * shape.hidden if checkpointing else 0.0
+    saved = checkpoints + tokens * per_layer if checkpointing else tokens * shape.layers * per_layer
+    return {"layers": saved, "checkpoints": checkpoints, "backward_workspace": tokens * work,
+            "final_norm": tokens * outside}
 
 
 def attention_mask_bytes(sequences: int, seq_len: int, padded: bool, attention: str) -> float:

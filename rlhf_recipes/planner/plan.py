@@ -294,15 +294,23 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             "max(V h, 2 layers) x p + h^2 x (p + 4)")
 
     # --- train phase: gradients, activations, head -------------------------------------
+    n, s, T = workload.train_sequences, workload.train_seq_len, workload.train_tokens
+    act = M.activation_bytes(shape, T, e, checkpointing, attention, workload.padded, s)
     if launch.distributed == "DEEPSPEED":
         grads = trainable * (grad_bytes + 4) / (world if launch.zero_stage >= 2 else 1)
         add("gradients (sharded + fp32 copy)", grads, "train",
             f"{trainable / 1e6:.1f}M x ({grad_bytes} + 4) B / {world}")
+    elif training.gradient_accumulation_steps == 1 and not hasattr(training, "share_value_backbone"):
+        # One micro-batch per optimizer step: no gradient outlives a backward, and each layer's gradients
+        # appear as its saved activations are freed, so the two overlap: max(activations, gradients).
+        # (With accumulation the earlier micro-batches' gradients stay through the whole next backward.)
+        freed = act["checkpoints"] if checkpointing else act["layers"]
+        grads = M.gradient_bytes(trainable, grad_bytes)
+        add("gradients beyond the activations they replace", max(0.0, grads - freed), "train",
+            f"max(0, {trainable / 1e6:.1f}M x {grad_bytes} B - saved layer activations): one micro-batch per step")
     else:
         add("gradients", M.gradient_bytes(trainable, grad_bytes), "train", f"{trainable / 1e6:.1f}M x {grad_bytes} B")
 
-    n, s, T = workload.train_sequences, workload.train_seq_len, workload.train_tokens
-    act = M.activation_bytes(shape, T, e, checkpointing, attention, workload.padded, s)
     per_layer = M.layer_activation_bytes_per_token(shape, e, attention, workload.padded, s)
     what = f"{n} seq x {s} tok = {T} tokens"
     if checkpointing:
