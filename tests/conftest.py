@@ -45,6 +45,21 @@ def run_recipe(recipe: str | Path, output_dir: Path, *extra: str, expect: int = 
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def resume_copy(finished: Path, copy: Path, step: int) -> dict:
+    """Copy a finished run without its later checkpoints and resume the copy from checkpoint-STEP.
+
+    The finished run is the uninterrupted reference the resumed one is compared with."""
+    import shutil
+
+    later = [p.name for p in finished.glob("checkpoint-*") if int(p.name.split("-")[1]) > step]
+    shutil.copytree(finished, copy, ignore=shutil.ignore_patterns(*later))
+    return run_recipe(copy / "config.yaml", copy, "--resume", str(copy / f"checkpoint-{step}"))
+
+
+def losses_after(run: Path, step: int) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run) if "loss" in r and r["step"] > step}
+
+
 def read_metrics(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import rewards
-from conftest import launch, low_token_fraction, read_metrics, run_recipe
+from conftest import launch, losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
 
 PG_RECIPES = ["reinforce", "rloo", "grpo", "drgrpo", "gspo", "cispo", "sapo", "dapo", "maxrl"]
 
@@ -205,8 +205,6 @@ def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
     """A checkpoint records how many fresh prompts dynamic sampling has drawn, and a resumed run draws the
     next ones: the rollouts and losses after the checkpoint equal the uninterrupted run's (drawing the first
     fresh prompts again would give other prompts, completions and losses)."""
-    import shutil
-
     rewards.register(parity_reward, replace=True)
     out = tmp_path / "saved"
     run_recipe("dapo.yaml", out, "--reward_funcs", "[correctness_reward, format_reward, parity_reward]",
@@ -216,15 +214,14 @@ def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
     state = json.loads((out / "checkpoint-4" / "dynamic_sampling_state.json").read_text())
     assert state["refill_prompts_taken"] > 0
     resumed = tmp_path / "resumed"
-    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-8"))
-    run_recipe(resumed / "config.yaml", resumed, "--resume", str(resumed / "checkpoint-4"))
+    resume_copy(out, resumed, 4)
 
     def after_checkpoint(run):
-        return sorted((r["step"], r["prompt"], r["completion"]) for r in rollouts(run) if r["step"] >= 4)  # generated at step 4, for steps 5-8
+        # rollouts generated at step 4, for steps 5-8
+        return sorted((r["step"], r["prompt"], r["completion"]) for r in rollouts(run) if r["step"] >= 4)
 
     assert after_checkpoint(out) and after_checkpoint(resumed) == after_checkpoint(out)
-    reference = {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
-    after = {r["step"]: r["loss"] for r in read_metrics(resumed) if "loss" in r and r["step"] > 4}
+    reference, after = losses_after(out, 0), losses_after(resumed, 4)
     assert sorted(after) == [5, 6, 7, 8]
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
@@ -234,16 +231,13 @@ def test_resume_at_an_epoch_boundary_keeps_the_prompt_order(tmp_path):
     """Resumed at the first step of the second pass over the prompts, a run sees the prompts (and so the
     completions and losses) of the uninterrupted run: the sampler's order for epoch e does not depend
     on where the run started (TRL's RepeatSampler alone would repeat the first pass's order)."""
-    import shutil
-
     out = tmp_path / "saved"
     run_recipe("grpo.yaml", out, "--num_samples", "8", "--num_train_epochs", "2", "--max_steps", "-1",
                "--save_strategy", "steps", "--save_steps", "8")
     steps = [r["step"] for r in read_metrics(out) if "loss" in r]
     assert steps == list(range(1, 17))  # 8 steps per pass: checkpoint-8 is the boundary
     resumed = tmp_path / "resumed"
-    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-16"))
-    run_recipe(resumed / "config.yaml", resumed, "--resume", str(resumed / "checkpoint-8"))
+    resume_copy(out, resumed, 8)
 
     def second_pass(run):
         return sorted((r["step"], r["prompt"], r["completion"]) for r in rollouts(run) if r["step"] >= 8)
@@ -251,8 +245,7 @@ def test_resume_at_an_epoch_boundary_keeps_the_prompt_order(tmp_path):
     first_pass = {r["prompt"] for r in rollouts(out) if r["step"] < 8}
     assert second_pass(out) and {p for _, p, _ in second_pass(out)} == first_pass
     assert second_pass(resumed) == second_pass(out)
-    reference = {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
-    after = {r["step"]: r["loss"] for r in read_metrics(resumed) if "loss" in r and r["step"] > 8}
+    reference, after = losses_after(out, 0), losses_after(resumed, 8)
     assert sorted(after) == list(range(9, 17))
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step

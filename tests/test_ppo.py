@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sqlite3
 
 import pytest
 import torch
 
 import rewards
-from conftest import launch, low_token_fraction, read_metrics, run_recipe
+from conftest import launch, low_token_fraction, read_metrics, resume_copy, run_recipe
 from custom_losses.pg_objectives import clipped_surrogate_loss, kl_estimate, seq_mean, token_mean
 from custom_losses.ppo import (
     gae, masked_whiten, place_on_last_token, ppo_loss, token_rewards, value_loss_clipped,
@@ -329,8 +328,7 @@ def test_resume_restores_the_value_model(tmp_path):
                  "value_model/value_scheduler.pt"):
         assert (checkpoint / name).exists(), name
     resumed = tmp_path / "resumed"
-    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-4"))
-    results = run_recipe(resumed / "config.yaml", resumed, "--resume", str(resumed / "checkpoint-2"))
+    results = resume_copy(out, resumed, 2)
     assert results["steps"] == 4 and results["value_model"]["restored_from"] == str(resumed / "checkpoint-2")
     # Policy, value model, both optimizers and the RNG from step 2 on: the resumed curve is the uninterrupted one
     # (a value model started afresh would give another value loss at step 3).
