@@ -433,6 +433,14 @@ def test_gradients_overlap_activations_only_without_accumulation(max_length):
     assert overlap == pytest.approx(min(activations, gradients))
 
 
+def test_planning_the_tiny_profile_uses_its_fp32_not_the_recipes_bf16():
+    """--profile tiny turns the recipe's bf16 off (the overlay sits between the YAML and the command line);
+    on a machine without a GPU the planner reads bf16 itself, and must read it the same way."""
+    profile = plan_recipe(["recipes/dpo.yaml", "--profile", "tiny"], Launch())
+    explicit = plan_recipe(["recipes/dpo.yaml", "--profile", "tiny", "--bf16", "false"], Launch())
+    assert profile.peak_bytes == explicit.peak_bytes
+
+
 def _recorded_gpu_rows():
     path = ROOT / "rlhf_recipes" / "planner" / "gpu_measurements.json"
     return json.loads(path.read_text())["rows"]
