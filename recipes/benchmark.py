@@ -136,7 +136,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
-    from rlhf_recipes.planner import Launch, Workload, build_plan, load_shape
+    from rlhf_recipes.planner import Workload
     from rlhf_recipes.planner import memory as M
     from rlhf_recipes.planner.measure import TensorMemoryTracker
     from rlhf_recipes.registry import ALGORITHMS, family_of
@@ -266,8 +266,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     peak_bytes = torch.cuda.max_memory_allocated() if cuda else tracker.peak
     reserved = torch.cuda.max_memory_reserved() if cuda else None
 
-    # The planner's prediction for the micro-batch shapes seen.
-    shape = load_shape(model_path if not tiny else "tiny")
+    # The planner's prediction for the micro-batch shapes seen, by the same path as a recorded row's.
     n, s = max(x[0] for x in counts["shapes"]), max(x[1] for x in counts["shapes"])
     training = recipe.training
     padded = counts.get("padded", False)
@@ -277,8 +276,9 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
                             prompt_len=s - completion, completion_len=completion)
     else:
         workload = Workload(n, s, padded=padded)
-    plan = build_plan(recipe, Launch(), shape, workload, device="cuda" if cuda else "cpu")
     plan_inputs = {"recipe_args": _plan_args(argv[1:]), "workload": dataclasses.asdict(workload)}
+    plan = replan({"algorithm": algorithm, "model": arch, "plan_inputs": plan_inputs}, device="cuda" if cuda else "cpu")
+    shape = plan.shape
 
     labels = None if family != "reward_model" else (3 if algorithm == "prm" else 1)
     lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
@@ -333,7 +333,7 @@ def replan(row: dict, device: str = "cuda"):
     from rlhf_recipes.planner import Launch, Workload, build_plan, load_shape
     from rlhf_recipes.planner.plan import load_for_planning
 
-    hub_id = ARCHITECTURES[row["model"]]
+    hub_id = ARCHITECTURES.get(row["model"], row["model"])  # "tiny": the embedded model
     with tempfile.TemporaryDirectory() as out:
         recipe, bf16 = load_for_planning([str(RECIPES / f"{row['algorithm']}.yaml"), "--model_name_or_path", hub_id,
                                           "--output_dir", out, *row["plan_inputs"]["recipe_args"]], world_size=1)
