@@ -102,8 +102,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         # what makes each algorithm itself. Every entry: the book's seq-mean aggregation
         # (loss_type grpo) unless stated, log-probs at temperature 1, z-score eps 1e-8.
         Algorithm(
-            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)", chapter="6",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
@@ -111,8 +111,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)", chapter="6",
             defaults={"advantage_estimator": "rloo", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
@@ -120,8 +120,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2},
@@ -129,8 +129,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO)",
             chapter="6",
             # TRL's own advantage with scale_rewards none is the book's R - mean; the book keeps
@@ -141,8 +141,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Zheng et al. 2025, Group Sequence Policy Optimization", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "sequence",
                       "epsilon": 0.2, "epsilon_high": 0.2},
@@ -150,8 +150,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)", chapter="6",
             defaults={"advantage_estimator": "zscore", "book_objective": "cispo", "loss_type": "grpo",
                       "epsilon": 0.2, "epsilon_high": 0.4},
@@ -159,8 +159,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "cispo_clip_ratio", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
                       "sapo_temperature_neg": 1.05},
@@ -168,8 +168,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale", chapter="6",
             # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
             # over the whole accumulated batch instead).
@@ -180,8 +180,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "dynamic_sampling/kept_groups_first_round", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient:BookGRPOTrainer",
+            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)", chapter="6",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
                       "book_objective": "policy_gradient", "loss_type": "grpo"},
@@ -189,8 +189,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "ppo", family="policy_gradient", config_class="custom_losses.ppo_trainer:PPOConfig",
-            trainer_class="custom_losses.ppo_trainer:PPOTrainer",
+            "ppo", family="policy_gradient", config_class="custom_losses.ppo.trainer:PPOConfig",
+            trainer_class="custom_losses.ppo.trainer:PPOTrainer",
             paper="Schulman et al. 2017, Proximal Policy Optimization Algorithms; Schulman et al. 2016 (GAE); "
                   "Ouyang et al. 2022 (InstructGPT)", chapter="6",
             # A value model (a copy of the policy with a Linear(hidden, 1) head), GAE (gamma 1.0, lambda 0.98,
@@ -204,20 +204,20 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
-            "preference_rm", family="reward_model", config_class="custom_losses.reward_models:PreferenceRMConfig",
+            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.trainers:PreferenceRMConfig",
             trainer_class="trl:RewardTrainer",
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             chapter="5", key_metrics=("accuracy", "margin", "eval_accuracy", "eval_margin"),
         ),
         Algorithm(
-            "orm", family="reward_model", config_class="custom_losses.reward_models:OutcomeRMConfig",
-            trainer_class="custom_losses.reward_models:OutcomeRMTrainer",
+            "orm", family="reward_model", config_class="custom_losses.reward_models.trainers:OutcomeRMConfig",
+            trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer",
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
             chapter="5", key_metrics=("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"),
         ),
         Algorithm(
-            "prm", family="reward_model", config_class="custom_losses.reward_models:ProcessRMConfig",
-            trainer_class="custom_losses.reward_models:ProcessRMTrainer",
+            "prm", family="reward_model", config_class="custom_losses.reward_models.trainers:ProcessRMConfig",
+            trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer",
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
             chapter="5", key_metrics=("step_accuracy", "eval_step_accuracy"),
         ),

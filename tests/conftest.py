@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,13 +24,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _run_module():
-    spec = importlib.util.spec_from_file_location("recipes_run", RECIPES / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_recipe(recipe: str | Path, output_dir: Path, *extra: str, expect: int = 0) -> dict:
     """Run `recipes/run.py RECIPE --profile tiny --output_dir OUT EXTRA...` in this process.
 
@@ -39,7 +31,9 @@ def run_recipe(recipe: str | Path, output_dir: Path, *extra: str, expect: int = 
     """
     argv = [str(RECIPES / recipe) if not Path(recipe).is_absolute() else str(recipe),
             "--profile", "tiny", "--output_dir", str(output_dir), *extra]
-    code = _run_module().main(argv)
+    from rlhf_recipes.train import main
+
+    code = main(argv)
     assert code == expect, f"run.py {' '.join(argv)} exited {code}, expected {expect}"
     path = output_dir / "final_results.json"
     return json.loads(path.read_text()) if path.exists() else {}

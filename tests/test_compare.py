@@ -1,4 +1,4 @@
-"""recipes/compare.py: reference runs mapped onto our axes, verdicts, and run-vs-run views.
+"""`rlhf-recipes compare`: reference runs mapped onto our axes, verdicts, and run-vs-run views.
 
 All offline. The wandb histories under tests/fixtures/wandb/ are constructed (see
 make_fixtures.py there): they copy the layouts of wandb's exports, not any book data.
@@ -17,16 +17,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlhf_recipes.compare import CompareError, compare_local_runs, compare_with_reference
-from rlhf_recipes.compare import wandb_source
-from rlhf_recipes.compare.align import (
+from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
+from rlhf_recipes.tools.compare import wandb_source
+from rlhf_recipes.tools.compare.align import (
     align_reference,
     book_step_to_optimizer_step,
     count_optimizer_steps,
 )
-from rlhf_recipes.compare.load import load_reference_csvs, load_run, read_metrics_jsonl
-from rlhf_recipes.compare.references import SPECS, lookup, optimizer_steps_per_rollout
-from rlhf_recipes.compare.verdict import (
+from rlhf_recipes.tools.compare.load import load_reference_csvs, load_run, read_metrics_jsonl
+from rlhf_recipes.tools.compare.references import SPECS, lookup, optimizer_steps_per_rollout
+from rlhf_recipes.tools.compare.verdict import (
     OUTSIDE,
     WITHIN,
     compare_to_reference,
@@ -452,16 +452,17 @@ def test_several_local_runs_in_one_figure_and_table(tmp_path):
     assert report.figure.stat().st_size > 10_000
 
 
-def test_cli_script_runs_and_reports_errors(tmp_path):
+def test_installed_command_runs_and_reports_errors(tmp_path):
     runs = [write_run(tmp_path / n, n, da_rows(20, 0.8)) for n in ("dpo", "ipo")]
-    env = {**os.environ, "PYTHONPATH": ""}  # the script must find the package by itself
-    done = subprocess.run([sys.executable, str(REPO / "recipes" / "compare.py"), *map(str, runs)],
+    env = {**os.environ, "PYTHONPATH": ""}  # the command must find the package by itself
+    command = str(Path(sys.executable).parent / "rlhf-recipes")  # installed by pyproject's [project.scripts]
+    done = subprocess.run([command, "compare", *map(str, runs)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "rewards/accuracies" in done.stdout
     assert (runs[0] / "compare" / "compare.png").exists()  # default --out: <first run>/compare
 
-    failed = subprocess.run([sys.executable, str(REPO / "recipes" / "compare.py"), str(runs[0]),
+    failed = subprocess.run([command, "compare", str(runs[0]),
                              "--reference", "dpo"], capture_output=True, text=True, env=env,
                             cwd=tmp_path, timeout=120)
     assert failed.returncode == 2

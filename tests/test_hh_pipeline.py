@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import read_metrics
-from rlhf_recipes.pipeline import PipelineOptions, best_of_n_kl, run_pipeline, win_rate
+from rlhf_recipes.tools.pipeline import PipelineOptions, best_of_n_kl, run_pipeline, win_rate
 
 
 

@@ -16,15 +16,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from custom_losses.advantages import (
+from custom_losses.policy_gradient.advantages import (
     centered_advantages, compute_advantages, groups_with_contrast, maxrl_advantages, raw_advantages,
     rloo_advantages, zscore_advantages,
 )
-from custom_losses.pg_objectives import (
+from custom_losses.policy_gradient.objectives import (
     cispo_loss, clipped_surrogate_loss, gspo_loss, kl_estimate, policy_gradient_loss, sapo_loss, seq_mean,
     sequence_kl, token_mean,
 )
-from custom_losses.rollout_health import (
+from custom_losses.policy_gradient.health import (
     RolloutStore, check_logprobs, is_truncated, repetition_score, rollout_health_metrics,
 )
 
@@ -271,7 +271,7 @@ def test_trl_cispo_and_dr_grpo_differ_from_the_book():
 
 
 def _book_stub(objective, loss_type="grpo", beta=0.0, accumulation=2, old=OLD):
-    from custom_losses.policy_gradient import BookGRPOTrainer
+    from custom_losses.policy_gradient.trainer import BookGRPOTrainer
 
     class Stub:
         _book_objective_loss = BookGRPOTrainer._book_objective_loss
@@ -319,7 +319,7 @@ def test_book_objectives_through_the_trainer_plumbing():
 
 
 def _config(tmp_path, **kw):
-    from custom_losses.policy_gradient import BookGRPOConfig
+    from custom_losses.policy_gradient.trainer import BookGRPOConfig
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=32, num_generations=8)
@@ -386,7 +386,7 @@ def test_rollout_store_roundtrip_and_resume(tmp_path):
 
 
 def test_concat_rollouts_pads_prompts_left_and_completions_right():
-    from custom_losses.policy_gradient import concat_rollouts, masked_out, select_rows
+    from custom_losses.policy_gradient.trainer import concat_rollouts, masked_out, select_rows
 
     a = {"prompt_ids": torch.tensor([[1, 2]]), "prompt_mask": torch.tensor([[1, 1]]),
          "completion_ids": torch.tensor([[3]]), "completion_mask": torch.tensor([[1]]),
@@ -406,7 +406,7 @@ def test_concat_rollouts_pads_prompts_left_and_completions_right():
 
 
 def test_nonfinite_loss_is_skipped_like_the_book_then_fails_clearly():
-    from custom_losses.policy_gradient import BookGRPOTrainer
+    from custom_losses.policy_gradient.trainer import BookGRPOTrainer
 
     class Stub:
         _guard_loss = BookGRPOTrainer._guard_loss
@@ -433,7 +433,7 @@ def test_nonfinite_loss_is_skipped_like_the_book_then_fails_clearly():
 
 
 def test_completions_are_decoded_as_raw_text_for_the_rewards():
-    from custom_losses.policy_gradient import _decode_raw_text
+    from custom_losses.policy_gradient.trainer import _decode_raw_text
 
     tokenizer = SimpleNamespace(response_template={"x": 1}, response_schema=None)
     _decode_raw_text(tokenizer, tools=None)

@@ -130,7 +130,7 @@ def test_dapo_drops_flat_groups_and_refills_from_fresh_prompts(tmp_path):
 
 def test_log_probs_at_temperature_one_by_default(tmp_path):
     """The book scores tokens with logits at temperature 1; TRL divides them by the sampling temperature."""
-    from custom_losses.policy_gradient import BookGRPOTrainer
+    from custom_losses.policy_gradient.trainer import BookGRPOTrainer
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer

@@ -3,11 +3,11 @@ against tensor memory measured on CPU.
 
 What CPU measurement can validate: every tensor the same code allocates on a GPU (saved
 activations, gradients, optimizer state, the LM head's tiles, the KV cache), counted exactly by
-rlhf_recipes.planner.measure.TensorMemoryTracker. What it cannot: the CUDA context, the caching
+rlhf_recipes.tools.planner.measure.TensorMemoryTracker. What it cannot: the CUDA context, the caching
 allocator's rounding and fragmentation, NCCL buffers, kernel workspaces (cuBLAS, flash-attention),
 and anything that only happens on a GPU (Triton's fused LM-head kernel replaces the CPU fallback
 the planner adds with device="cpu"). Those are an allowance in the verdict, to be measured with
-recipes/benchmark.py on a GPU (test_planner_against_cuda_peaks below runs there).
+`rlhf-recipes bench` on a GPU (test_planner_against_cuda_peaks below runs there).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from conftest import RECIPES, ROOT
-from rlhf_recipes.planner import memory as M
-from rlhf_recipes.planner import Launch, Workload, build_plan, plan_recipe, read_launch
-from rlhf_recipes.planner.shapes import load_config, load_shape, shape_from_config, shipped_names
+from rlhf_recipes.tools.bench import families as bench
+from rlhf_recipes.tools.planner import memory as M
+from rlhf_recipes.tools.planner import Launch, Workload, build_plan, plan_recipe, read_launch
+from rlhf_recipes.tools.planner.shapes import load_config, load_shape, shape_from_config, shipped_names
 from rlhf_recipes.registry import ALGORITHMS
 
 MiB = 2**20
@@ -138,7 +139,7 @@ def test_state_and_cache_formulas_by_hand():
 
 
 def _plan(recipe: str, *extra: str, launch: Launch | None = None, **workload):
-    from rlhf_recipes.planner.plan import default_workload, load_for_planning
+    from rlhf_recipes.tools.planner.plan import default_workload, load_for_planning
 
     launch = launch or Launch()
     argv = [str(RECIPES / recipe), *extra]
@@ -223,7 +224,7 @@ def test_checkpointing_and_lora_shrink_the_plan():
 
 
 def test_verdict_and_suggestions_are_replanned():
-    from rlhf_recipes.planner.report import suggest
+    from rlhf_recipes.tools.planner.report import suggest
 
     argv = [str(RECIPES / "dpo.yaml"), "--activation_checkpointing", "false"]
     plan = plan_recipe(argv, Launch())
@@ -239,12 +240,10 @@ def test_verdict_and_suggestions_are_replanned():
 
 
 def _plan_cli():
-    import importlib.util
+    """`rlhf-recipes plan ...`, through the installed command's dispatcher."""
+    from rlhf_recipes.tools.cli import main as rlhf_recipes
 
-    spec = importlib.util.spec_from_file_location("recipes_plan", RECIPES / "plan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return lambda argv: rlhf_recipes(["plan", *argv])
 
 
 def test_cli_prints_a_verdict_and_writes_json(tmp_path, capsys, monkeypatch):
@@ -284,7 +283,7 @@ def test_layer_activations_against_measured(kind, dtype, checkpointing):
     """One forward + backward of the decoder stack (4 x 128 tokens, padded): tensors saved for backward
     within 8%, and the peak within -5%..+20% (the recomputed layer under checkpointing is counted
     whole, while PyTorch frees it as backward consumes it)."""
-    from rlhf_recipes.planner.measure import TensorMemoryTracker
+    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
 
     model, shape = _small_model(kind, dtype)
     model.train()
@@ -318,7 +317,7 @@ def test_layer_activations_against_measured(kind, dtype, checkpointing):
 def test_generation_against_measured(sequences, prompt, completion):
     from transformers import AutoModelForCausalLM
 
-    from rlhf_recipes.planner.measure import TensorMemoryTracker
+    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
     from rlhf_recipes.tiny import tiny_model_path
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32).eval()
@@ -343,7 +342,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
-    from rlhf_recipes.planner.measure import TensorMemoryTracker
+    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
     from rlhf_recipes.registry import family_of
 
     recipe = load_recipe([str(RECIPES / f"{algorithm}.yaml"), "--profile", "tiny", "--output_dir",
@@ -400,18 +399,9 @@ def test_tiny_profile_peak_against_measured(algorithm, extra, tmp_path):
     assert 0.95 <= plan.peak_bytes / measured <= 1.15, (plan.peak_bytes / MiB, measured / MiB)
 
 
-def _benchmark_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("recipes_benchmark", RECIPES / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_script_runs_on_cpu(tmp_path):
-    """recipes/benchmark.py end to end on the tiny model (its GPU runs use the same code)."""
-    row = _benchmark_module().run_benchmark("preference_rm", steps=1, tiny=True, workdir=tmp_path)
+    """`rlhf-recipes bench` end to end on the tiny model (its GPU runs use the same code)."""
+    row = bench.run_benchmark("preference_rm", steps=1, tiny=True, workdir=tmp_path)
     assert row["steps_measured"] == 1 and row["tokens_per_s"] > 0 and row["mfu"] is None
     assert 0.9 <= row["planned_over_measured"] <= 1.2, row
 
@@ -448,10 +438,10 @@ def _recorded_gpu_rows():
 
 @pytest.mark.parametrize("row", _recorded_gpu_rows(), ids=lambda r: f"{r['algorithm']}-{r['model']}-lora={r['lora']}")
 def test_planner_against_recorded_gpu_peaks(row):
-    """Peaks measured on an H100 by recipes/benchmark.py (rlhf_recipes/planner/gpu_measurements.json), planned
+    """Peaks measured on an H100 by `rlhf-recipes bench` (rlhf_recipes/planner/gpu_measurements.json), planned
     again here from the architecture's shipped shape and the row's micro-batch alone: a planner change that
     drifts from real CUDA allocations fails on CPU too."""
-    plan = _benchmark_module().replan(row)
+    plan = bench.replan(row)
     ratio = plan.peak_bytes / 2**30 / row["peak_allocated_gib"]
     assert 0.85 <= ratio <= 1.25, (ratio, row["peak_allocated_gib"])
 
@@ -460,7 +450,7 @@ def test_planner_against_recorded_gpu_peaks(row):
 @pytest.mark.parametrize("algorithm", ["dpo", "grpo", "preference_rm"])
 def test_planner_against_cuda_peaks(algorithm):
     """On a GPU: random weights of the book's model shapes, a few steps, torch.cuda.max_memory_allocated
-    against the plan (recipes/benchmark.py does the measuring)."""
-    row = _benchmark_module().run_benchmark(algorithm, steps=2, lora=False, attention="sdpa")
+    against the plan (`rlhf-recipes bench` does the measuring)."""
+    row = bench.run_benchmark(algorithm, steps=2, lora=False, attention="sdpa")
     print(row)  # pytest -s shows the measured row
     assert 0.85 <= row["planned_peak_gib"] / row["peak_allocated_gib"] <= 1.25, row

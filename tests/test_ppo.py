@@ -14,8 +14,8 @@ import torch
 
 import rewards
 from conftest import launch, low_token_fraction, read_metrics, resume_copy, run_recipe
-from custom_losses.pg_objectives import clipped_surrogate_loss, kl_estimate, seq_mean, token_mean
-from custom_losses.ppo import (
+from custom_losses.policy_gradient.objectives import clipped_surrogate_loss, kl_estimate, seq_mean, token_mean
+from custom_losses.ppo.losses import (
     gae, masked_whiten, place_on_last_token, ppo_loss, token_rewards, value_loss_clipped,
 )
 
@@ -141,7 +141,7 @@ def test_kl_in_the_reward_vs_in_the_loss():
 
 
 def test_config_validates_ppo_options(tmp_path):
-    from custom_losses.ppo_trainer import PPOConfig
+    from custom_losses.ppo.trainer import PPOConfig
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=16, num_generations=1)
@@ -158,7 +158,7 @@ def test_config_validates_ppo_options(tmp_path):
 
 
 def test_models_in_memory_for_planning(tmp_path):
-    from custom_losses.ppo_trainer import PPOConfig, models_in_memory
+    from custom_losses.ppo.trainer import PPOConfig, models_in_memory
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=16, num_generations=1)
@@ -187,7 +187,7 @@ def _independent_gae(rewards: list[float], values: list[float], gamma: float, la
 
 def tiny_ppo_trainer(output_dir, *extra: str):
     """A PPOTrainer on the tiny profile, built as recipes/run.py builds it, and its training split."""
-    from custom_losses.ppo_trainer import PPOTrainer
+    from custom_losses.ppo.trainer import PPOTrainer
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer

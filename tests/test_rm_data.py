@@ -8,7 +8,7 @@ import json
 import pytest
 from datasets import Dataset, load_dataset
 
-from custom_losses.reward_model_data import (
+from custom_losses.reward_models.data import (
     IGNORE_INDEX, encode_sequence, preference_examples, rollout_examples, split_steps, step_examples,
 )
 from rlhf_recipes.data.sources import DROP, FIXTURES, SOURCES, DataError, normalize_rows

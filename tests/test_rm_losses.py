@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from custom_losses.reward_model_data import rollout_scores
-from custom_losses.reward_models import (
+from custom_losses.reward_models.data import rollout_scores
+from custom_losses.reward_models.trainers import (
     bradley_terry_loss, preference_metrics, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
 )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -70,10 +69,9 @@ def test_preference_rm_end_to_end(runs):
 
 def test_evaluate_rm_command_reproduces_the_final_evaluation(runs, capsys):
     out, results = runs("preference_rm")
-    spec = importlib.util.spec_from_file_location("evaluate_rm", RECIPES / "evaluate_rm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main([str(out), "--batch_size", "3"]) == 0
+    from rlhf_recipes.tools.cli import main as rlhf_recipes
+
+    assert rlhf_recipes(["evaluate", str(out), "--batch_size", "3"]) == 0
     printed = capsys.readouterr().out
     assert "accuracy" in printed and "margin" in printed and "demo: written" in printed
     saved = json.loads((out / "eval_results.json").read_text())
@@ -81,7 +79,7 @@ def test_evaluate_rm_command_reproduces_the_final_evaluation(runs, capsys):
     for key in ("accuracy", "margin", "num_pairs"):
         assert saved["evaluation"][key] == pytest.approx(results["evaluation"][key], abs=1e-5)
     # The wrong recipe for this model is refused with a clear message.
-    assert module.main([str(out), "--recipe", str(RECIPES / "prm.yaml"), "--profile", "tiny"]) == 2
+    assert rlhf_recipes(["evaluate", str(out), "--recipe", str(RECIPES / "prm.yaml"), "--profile", "tiny"]) == 2
     assert "is a preference reward model" in capsys.readouterr().err
 
 

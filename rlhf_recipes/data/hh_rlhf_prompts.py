@@ -4,7 +4,7 @@ The same rows, parsing and drops as the `hh_rlhf` pairs adapter (rlhf_recipes/da
 keeping only `prompt`: the dialogue up to its last Human turn, as messages. With the same
 `dataset_shuffle_seed`, `num_samples` and `eval_fraction`, a policy recipe on `hh_rlhf_prompts`
 and a reward-model or DPO recipe on `hh_rlhf` split the rows identically, so the held-out
-prompts are the prompts of the held-out pairs (recipes/pipeline.py relies on it).
+prompts are the prompts of the held-out pairs (`rlhf-recipes pipeline` relies on it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Rows are tokenized here, once per run, with the layout of custom_losses/reward_m
 the run's log gets the token-length statistics and the count of dropped examples. At the end
 of training `final_results` evaluates the model on the held-out split (pairwise accuracy and
 margin, top-1 / pairwise accuracy over rollouts, step accuracy) and scores a correct and a
-perturbed answer (the book's demo); recipes/evaluate_rm.py does the same for a saved model.
+perturbed answer (the book's demo); `rlhf-recipes evaluate` does the same for a saved model.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def load_model(recipe, tokenizer):
 
 def load_trained(path: str, dtype: str | None = None):
     """A saved reward model (run output dir or checkpoint) -> (model, tokenizer, info)."""
-    from custom_losses.reward_model_data import load_reward_model
+    from custom_losses.reward_models.data import load_reward_model
 
     return load_reward_model(path, dtype)
 
@@ -102,7 +102,7 @@ def tokenize_split(recipe, tokenizer, rows, split: str):
     """Normalized rows -> (tokenized Dataset, statistics); logs the statistics once."""
     from datasets import Dataset
 
-    from custom_losses.reward_model_data import preference_examples, rollout_examples, step_examples
+    from custom_losses.reward_models.data import preference_examples, rollout_examples, step_examples
 
     cfg, kind = recipe.training, _kind(recipe)
     rows = rows.to_list() if hasattr(rows, "to_list") else list(rows)
@@ -178,8 +178,8 @@ def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
 
 def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict[str, Any]:
     """The book's evaluation numbers on a tokenized split (every process scores all of it)."""
-    from custom_losses.reward_model_data import rollout_rewards, sequence_rewards, step_probabilities
-    from custom_losses.reward_models import preference_metrics, rollout_metrics, step_metrics
+    from custom_losses.reward_models.data import rollout_rewards, sequence_rewards, step_probabilities
+    from custom_losses.reward_models.trainers import preference_metrics, rollout_metrics, step_metrics
 
     pad_id = tokenizer.pad_token_id
     kind = info["kind"]
@@ -240,7 +240,7 @@ def _merged_for_scoring(recipe, trainer):
 
     from accelerate.utils import is_peft_model
 
-    from custom_losses.reward_model_data import MERGED_SUBDIR
+    from custom_losses.reward_models.data import MERGED_SUBDIR
 
     model = trainer.model
     if not is_peft_model(model):
@@ -306,7 +306,7 @@ def _clip(text: Any, n: int = 160) -> str:
 
 def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None = None) -> list[dict[str, Any]]:
     """A few scored examples: the book's correct-vs-perturbed answer, and held-out rows."""
-    from custom_losses.reward_model_data import (
+    from custom_losses.reward_models.data import (
         encode_rollout, encode_sequence, encode_steps, rollout_rewards, sequence_rewards, step_probabilities, truncate,
     )
 

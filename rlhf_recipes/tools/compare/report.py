@@ -14,24 +14,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.compare import plot, wandb_source
-from rlhf_recipes.compare.align import (
+from rlhf_recipes.tools.compare import plot, wandb_source
+from rlhf_recipes.tools.compare.align import (
     AlignedReference,
     align_reference,
     expand_metric_patterns,
     resolve_run_metric,
 )
-from rlhf_recipes.compare.errors import CompareError
-from rlhf_recipes.compare.load import LocalRun, ReferenceHistory, load_reference_csvs, load_runs
-from rlhf_recipes.compare.references import (
+from rlhf_recipes.tools.compare.errors import CompareError
+from rlhf_recipes.tools.compare.load import LocalRun, ReferenceHistory, load_reference_csvs, load_runs
+from rlhf_recipes.tools.compare.references import (
     LOCAL_KEY_METRICS,
     SPECS,
     ReferenceSpec,
     lookup,
     published_algorithms,
 )
-from rlhf_recipes.compare.table import local_table, reference_table, render_plain
-from rlhf_recipes.compare.verdict import (
+from rlhf_recipes.tools.compare.table import local_table, reference_table, render_plain
+from rlhf_recipes.tools.compare.verdict import (
     BAND_SIGMAS,
     WINDOW_FRACTION,
     Comparison,

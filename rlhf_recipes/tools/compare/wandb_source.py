@@ -20,11 +20,10 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 
-from rlhf_recipes.compare.errors import CompareError
-from rlhf_recipes.compare.references import ReferenceSpec
+from rlhf_recipes.tools.compare.errors import CompareError
+from rlhf_recipes.tools.compare.references import ReferenceSpec
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-REFERENCE_DIR = REPO_ROOT / "reference_runs"
+from rlhf_recipes.paths import REFERENCE_RUNS_DIR as REFERENCE_DIR, REPO_ROOT
 PROBE_TIMEOUT_S = 3.0
 API_TIMEOUT_S = 30
 # Used only if wandb cannot tell us its default; WANDB_BASE_URL overrides both.
@@ -130,6 +129,6 @@ def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[st
         f"     For each chart you want ({', '.join(book_metrics)}):",
         "     open the chart's '...' menu > Export / Download data > CSV, with the x-axis left",
         "     on 'Step'. Then pass the files (several CSVs of one run are merged):",
-        f"       python recipes/compare.py {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",
+        f"       rlhf-recipes compare {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",
         "     An API history saved with run.history().to_csv(...) works as well.",
     ])

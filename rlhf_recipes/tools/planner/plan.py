@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.planner import memory as M
-from rlhf_recipes.planner.launch import Launch
-from rlhf_recipes.planner.shapes import ModelShape, ShapeError, load_shape
+from rlhf_recipes.tools.planner import memory as M
+from rlhf_recipes.tools.planner.launch import Launch
+from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
 
 GiB = M.GiB
 A6000_GIB = 48.0  # an RTX A6000: 48 GB (49140 MiB) of GDDR6

@@ -1,8 +1,8 @@
 """Compare runs with the RLHF book's published runs, or several runs with each other.
 
-    python recipes/compare.py outputs/grpo-run --reference grpo
-    python recipes/compare.py outputs/grpo-run --reference grpo --reference-csv avg_total.csv loss.csv
-    python recipes/compare.py outputs/dpo outputs/ipo outputs/kto
+    rlhf-recipes compare outputs/grpo-run --reference grpo
+    rlhf-recipes compare outputs/grpo-run --reference grpo --reference-csv avg_total.csv loss.csv
+    rlhf-recipes compare outputs/dpo outputs/ipo outputs/kto
 
 Writes compare.png, compare.txt and compare.json into --out (default: <first run>/compare/)
 and prints the table. The work is done in rlhf_recipes/compare/.
@@ -14,15 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-try:
-    import rlhf_recipes  # noqa: F401
-except ImportError:  # run as a script from a checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rlhf_recipes.compare import CompareError, compare_local_runs, compare_with_reference
-from rlhf_recipes.compare.references import published_algorithms
-from rlhf_recipes.compare.table import print_table
-from rlhf_recipes.compare.verdict import WINDOW_FRACTION
+from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
+from rlhf_recipes.tools.compare.references import published_algorithms
+from rlhf_recipes.tools.compare.table import print_table
+from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
 
 
 def build_parser() -> argparse.ArgumentParser:

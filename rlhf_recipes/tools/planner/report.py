@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlhf_recipes.planner.launch import Launch
-from rlhf_recipes.planner.memory import GiB
-from rlhf_recipes.planner.plan import Plan, plan_recipe
+from rlhf_recipes.tools.planner.launch import Launch
+from rlhf_recipes.tools.planner.memory import GiB
+from rlhf_recipes.tools.planner.plan import Plan, plan_recipe
 
 ZERO3_CONFIG = "accelerate_configs/zero3.yaml"
 

@@ -37,13 +37,13 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
-from custom_losses.pg_objectives import kl_estimate, seq_mean, token_mean
-from custom_losses.policy_gradient import BookGRPOConfig, BookGRPOTrainer
-from custom_losses.ppo import (
+from custom_losses.policy_gradient.objectives import kl_estimate, seq_mean, token_mean
+from custom_losses.policy_gradient.trainer import BookGRPOConfig, BookGRPOTrainer
+from custom_losses.ppo.losses import (
     KL_REWARD_SHAPES, clipped_surrogate_loss, gae, masked_whiten, token_rewards,
     value_loss_clipped,
 )
-from custom_losses.value_model import (
+from custom_losses.ppo.value_model import (
     OPTIMIZER_FILE, SCHEDULER_FILE, VALUE_SUBDIR, ValueHead, backbone_of, count_trainable, hidden_size_of,
     load_value_model, restore_value_weights, save_value_model,
 )

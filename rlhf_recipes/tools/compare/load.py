@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlhf_recipes.compare.errors import CompareError
+from rlhf_recipes.tools.compare.errors import CompareError
 
 METRICS_FILE = "metrics.jsonl"
 FINAL_RESULTS_FILE = "final_results.json"

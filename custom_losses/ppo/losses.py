@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from custom_losses.pg_objectives import clipped_surrogate_loss, kl_estimate
+from custom_losses.policy_gradient.objectives import clipped_surrogate_loss, kl_estimate
 
 KL_REWARD_SHAPES = ("sequence_mean", "per_token")
 
@@ -157,7 +157,7 @@ def ppo_loss(
     per token: policy_t + vf_coef * value_t (+ beta * kl_t when the KL is in the loss, i.e.
     `ref_logp` given and beta > 0); aggregation 'seq_mean' (the book) or 'token_mean'.
     """
-    from custom_losses.pg_objectives import seq_mean, token_mean
+    from custom_losses.policy_gradient.objectives import seq_mean, token_mean
 
     aggregate = {"seq_mean": seq_mean, "token_mean": token_mean}[aggregation]
     policy = clipped_surrogate_loss(logp, old_logp, advantages, eps_low, eps_high)

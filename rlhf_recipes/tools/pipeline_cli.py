@@ -2,13 +2,13 @@
 """The classic two-phase RLHF pipeline in one command: train a reward model, optimize policies against it
 (PPO, GRPO) and DPO on the same pairs, then evaluate them side by side on held-out prompts.
 
-    python recipes/pipeline.py hh                            # real models (GPU)
-    python recipes/pipeline.py hh --profile tiny             # offline, CPU, a few minutes
-    python recipes/pipeline.py hh --launcher "accelerate launch --config_file accelerate_configs/4gpu.yaml"
+    rlhf-recipes pipeline hh                            # real models (GPU)
+    rlhf-recipes pipeline hh --profile tiny             # offline, CPU, a few minutes
+    rlhf-recipes pipeline hh --launcher "accelerate launch --config_file accelerate_configs/4gpu.yaml"
 
 Writes <out>/{hh_rm,ppo,grpo,dpo}/ (one run each), pipeline_results.json, pipeline_table.txt and
 pipeline.png. Finished stages are kept: running the command again only trains what is missing
-(--overwrite trains everything again). The work is done in rlhf_recipes/pipeline.py.
+(--overwrite trains everything again). The work is done in rlhf_`rlhf-recipes pipeline`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from rlhf_recipes.pipeline import PIPELINES, PipelineOptions, run_pipeline  # noqa: E402
+from rlhf_recipes.tools.pipeline import PIPELINES, PipelineOptions, run_pipeline
 
 
 def build_parser() -> argparse.ArgumentParser:

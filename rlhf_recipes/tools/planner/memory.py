@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf_recipes.planner.shapes import ModelShape
+from rlhf_recipes.tools.planner.shapes import ModelShape
 
 GiB = 2**30
 

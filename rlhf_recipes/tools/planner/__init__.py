@@ -1,6 +1,6 @@
 """Will a recipe fit? Predicted peak memory per GPU from the model's config.json alone.
 
-    python recipes/plan.py recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
+    rlhf-recipes plan recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
 
 memory.py holds the arithmetic (one documented function per term), shapes.py the model shapes
 (shipped for the book's models), launch.py what is read from an accelerate config, plan.py
@@ -8,9 +8,9 @@ the assembly per family, report.py the verdict, suggestions and table, measure.p
 measurements the model is validated against (tensor memory on CPU, CUDA peaks on a GPU).
 """
 
-from rlhf_recipes.planner.launch import Launch, read_launch
-from rlhf_recipes.planner.plan import Plan, Workload, build_plan, plan_recipe
-from rlhf_recipes.planner.shapes import ModelShape, load_shape, shape_from_config
+from rlhf_recipes.tools.planner.launch import Launch, read_launch
+from rlhf_recipes.tools.planner.plan import Plan, Workload, build_plan, plan_recipe
+from rlhf_recipes.tools.planner.shapes import ModelShape, load_shape, shape_from_config
 
 __all__ = ["Launch", "ModelShape", "Plan", "Workload", "build_plan", "load_shape", "plan_recipe", "read_launch",
            "shape_from_config"]

@@ -1,6 +1,6 @@
 """The classic two-phase RLHF pipeline, end to end, with the methods side by side.
 
-    python recipes/pipeline.py hh [--profile tiny] [--out outputs/hh]
+    rlhf-recipes pipeline hh [--profile tiny] [--out outputs/hh]
 
 Phase 1 trains a Bradley-Terry reward model (recipes/hh_rm.yaml). Phase 2 optimizes a policy
 against it with a KL penalty to the reference: PPO (recipes/hh_ppo.yaml, KL in the reward) and
@@ -18,12 +18,11 @@ completion per prompt at temperature 1 (the distribution the KL is about):
   win_rate  share of prompts whose completion the RM scores above the reference's
             completion for the same prompt (ties count 1/2)
 Writes <out>/pipeline_results.json, <out>/pipeline_table.txt and one plot, <out>/pipeline.png
-(training curves of each run, read with rlhf_recipes.compare, and the final reward vs KL).
+(training curves of each run, read with rlhf_recipes.tools.compare, and the final reward vs KL).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -35,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.paths import RECIPES_DIR, REPO_ROOT, recipe_path
+
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ROOT / "recipes"
 SPLIT_KEYS = ("dataset_shuffle_seed", "num_samples", "eval_fraction")  # the RM's split, given to every run
 
 
@@ -83,13 +82,6 @@ class PipelineOptions:
 # Training stages
 
 
-def _run_module():
-    spec = importlib.util.spec_from_file_location("recipes_run", RECIPES / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _finished(out: Path) -> bool:
     path = out / "final_results.json"
     if not path.exists():
@@ -104,7 +96,7 @@ def _profile_args(options: PipelineOptions) -> list[str]:
 def resolve(recipe: str, args: list[str]):
     from rlhf_recipes.config import load_recipe
 
-    return load_recipe([str(RECIPES / recipe), *args])
+    return load_recipe([str(recipe_path(recipe)), *args])
 
 
 def rm_dir(pipeline: Pipeline, out: Path) -> Path:
@@ -122,10 +114,10 @@ def stage_arguments(pipeline: Pipeline, options: PipelineOptions, out: Path) -> 
         value = getattr(rm_recipe.args, key)
         if value is not None:
             split += [f"--{key}", str(value)]
-    stages = {"rm": [str(RECIPES / pipeline.reward_model), *profile, "--output_dir", str(rm_out),
+    stages = {"rm": [str(recipe_path(pipeline.reward_model)), *profile, "--output_dir", str(rm_out),
                      *options.extra.get("rm", [])]}
     for method, recipe in pipeline.policies.items():
-        args = [str(RECIPES / recipe), *profile, "--output_dir", str(out / method), *split]
+        args = [str(recipe_path(recipe)), *profile, "--output_dir", str(out / method), *split]
         if method in pipeline.uses_reward_model:
             args += ["--reward_funcs", f"[rm:{rm_out}]", "--reward_weights", "[1.0]"]
         stages[method] = args + options.extra.get(method, [])
@@ -153,10 +145,12 @@ def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -
     start = time.time()
     logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
     if options.in_process:
-        code = _run_module().main(argv)
+        from rlhf_recipes.train import main as train
+
+        code = train(argv)
     else:
         launcher = shlex.split(options.launcher) if options.launcher else [sys.executable]
-        code = subprocess.run([*launcher, str(RECIPES / "run.py"), *argv], cwd=ROOT).returncode
+        code = subprocess.run([*launcher, str(RECIPES_DIR / "run.py"), *argv], cwd=REPO_ROOT).returncode
     if code != 0:
         raise RuntimeError(f"pipeline: stage {name} failed (exit code {code}); its log says why. Fix it and run the "
                            "pipeline again: finished stages are kept")
@@ -378,7 +372,7 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from rlhf_recipes.compare.load import load_run
+    from rlhf_recipes.tools.compare.load import load_run
 
     loaded = {m: load_run(p, m) for m, p in runs.items() if (p / "metrics.jsonl").exists()}
     colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(

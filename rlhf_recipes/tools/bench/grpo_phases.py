@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Throughput and peak memory of GRPO rollout batches (a benchmark, not a test).
 
-    python recipes/benchmark_grpo.py --profile tiny          # CPU: the embedded tiny model
-    python recipes/benchmark_grpo.py --random-qwen3-1.7b     # GPU: random weights, Qwen3-1.7B architecture,
+    rlhf-recipes bench-phases --profile tiny          # CPU: the embedded tiny model
+    rlhf-recipes bench-phases --random-qwen3-1.7b     # GPU: random weights, Qwen3-1.7B architecture,
                                                              #      the book's settings (bf16, 4 x 8 rollouts,
                                                              #      512 new tokens, micro-batch 2 x 4)
 
@@ -28,7 +28,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rlhf_recipes.paths import recipe_path
+
 
 # Qwen/Qwen3-1.7B's config.json (architecture only).
 QWEN3_1_7B = dict(
@@ -38,12 +39,12 @@ QWEN3_1_7B = dict(
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=["tiny"], help="CPU benchmark on the tiny model")
     parser.add_argument("--random-qwen3-1.7b", dest="qwen", action="store_true",
                         help="random weights of the Qwen3-1.7B architecture (needs a GPU)")
-    parser.add_argument("--recipe", default=str(Path(__file__).parent / "grpo.yaml"))
+    parser.add_argument("--recipe", default=str(recipe_path("grpo")))
     parser.add_argument("--batches", type=int, default=2, help="rollout batches to run; the last is reported")
     parser.add_argument("--json", help="also write the numbers to this file")
     args, extra = parser.parse_known_args()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Will this recipe fit on my GPUs? `python recipes/plan.py RECIPE.yaml [--config ACCELERATE.yaml] [--KEY VALUE ...]`
+"""Will this recipe fit on my GPUs? `rlhf-recipes plan RECIPE.yaml [--config ACCELERATE.yaml] [--KEY VALUE ...]`
 
 Prints the predicted peak memory per GPU, term by term (weights, gradients, optimizer state,
 activations with or without checkpointing, reference / reward models, the LM head, the KV
@@ -9,9 +9,9 @@ model's config.json (shipped for the book's models; fetched from the Hub otherwi
 weights are downloaded and no GPU is needed.
 
 Examples:
-  python recipes/plan.py recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
-  python recipes/plan.py recipes/dpo.yaml --activation_checkpointing false
-  python recipes/plan.py recipes/dpo.yaml --model_name_or_path allenai/OLMo-2-1124-7B-SFT \
+  rlhf-recipes plan recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
+  rlhf-recipes plan recipes/dpo.yaml --activation_checkpointing false
+  rlhf-recipes plan recipes/dpo.yaml --model_name_or_path allenai/OLMo-2-1124-7B-SFT \
       --config accelerate_configs/zero3.yaml
 """
 
@@ -22,7 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
 
     from rlhf_recipes.config import RecipeError
-    from rlhf_recipes.planner import plan_recipe, read_launch
-    from rlhf_recipes.planner.report import render, suggest
-    from rlhf_recipes.planner.shapes import ShapeError
+    from rlhf_recipes.tools.planner import plan_recipe, read_launch
+    from rlhf_recipes.tools.planner.report import render, suggest
+    from rlhf_recipes.tools.planner.shapes import ShapeError
 
     recipe_argv = [args.recipe, *overrides]
     try:

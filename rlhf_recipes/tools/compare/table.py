@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from rlhf_recipes.compare.verdict import Comparison
+from rlhf_recipes.tools.compare.verdict import Comparison
 
 
 def fmt(value: float, signed: bool = False) -> str:

@@ -31,8 +31,8 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
-from rlhf_recipes.compare.load import API_STEP_COLUMN, ReferenceHistory
-from rlhf_recipes.compare.references import (
+from rlhf_recipes.tools.compare.load import API_STEP_COLUMN, ReferenceHistory
+from rlhf_recipes.tools.compare.references import (
     MetricMap,
     ReferenceSpec,
     optimizer_steps_per_rollout,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Step benchmark per recipe family: tokens/s, step time, peak memory, MFU, and the planner's prediction.
 
-    python recipes/benchmark.py                       # GPU: the book's model for each family, random weights
-    python recipes/benchmark.py --models all --lora off,on --attention sdpa,flash_attention_2
-    python recipes/benchmark.py --tiny                # CPU: the embedded tiny model (a smoke run of this script)
+    rlhf-recipes bench                       # GPU: the book's model for each family, random weights
+    rlhf-recipes bench --models all --lora off,on --attention sdpa,flash_attention_2
+    rlhf-recipes bench --tiny                # CPU: the embedded tiny model (a smoke run of this script)
 
 For each (algorithm, model, LoRA, attention) it builds the model's architecture from its shipped
 config.json with random weights (no download), saves it next to the tiny tokenizer, and runs the
@@ -17,12 +17,12 @@ Reported per configuration (the steps after warmup):
   step_s           wall seconds per optimizer step (policy gradients: generation amortized)
   tokens_per_s     trained tokens (non-padding, every forward with gradients) per second
   peak_gib         torch.cuda.max_memory_allocated (reserved in parentheses); on CPU, live tensor bytes
-  planned_gib      the planner's peak for the same micro-batch shape (recipes/plan.py)
+  planned_gib      the planner's peak for the same micro-batch shape (`rlhf-recipes plan`)
   mfu              model FLOPs / s over the GPU's dense bf16 peak: 6 N per trained token (4 N + the
                    adapters with LoRA), 2 N per reference / rollout-scoring / generated token, the value
                    model's own 6 N in PPO, + causal attention 6 L a d s per trained token; N counts the
                    decoder linears and the output head (embedding lookups are free)
-The GRPO rollout phases (generation, scoring, training) are split by recipes/benchmark_grpo.py.
+The GRPO rollout phases (generation, scoring, training) are split by `rlhf-recipes bench-phases`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rlhf_recipes.paths import recipe_path
 
-RECIPES = Path(__file__).resolve().parent
 ARCHITECTURES = {"qwen3-0.6b": "Qwen/Qwen3-0.6B", "qwen3-1.7b": "Qwen/Qwen3-1.7B", "olmo2-1b": "allenai/OLMo-2-0425-1B"}
 BOOK_MODEL = {"dpo": "olmo2-1b", "grpo": "qwen3-1.7b", "ppo": "qwen3-1.7b", "preference_rm": "qwen3-0.6b",
               "orm": "qwen3-0.6b"}
@@ -66,7 +65,7 @@ def build_random_model(arch: str, root: Path, tokenizer) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rlhf_recipes.planner.shapes import load_config
+    from rlhf_recipes.tools.planner.shapes import load_config
 
     target = root / arch
     if (target / "config.json").exists():
@@ -136,9 +135,9 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
-    from rlhf_recipes.planner import Workload
-    from rlhf_recipes.planner import memory as M
-    from rlhf_recipes.planner.measure import TensorMemoryTracker
+    from rlhf_recipes.tools.planner import Workload
+    from rlhf_recipes.tools.planner import memory as M
+    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
     from rlhf_recipes.registry import ALGORITHMS, family_of
     from rlhf_recipes.tiny import tiny_model_path
 
@@ -155,7 +154,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     arch = "tiny" if tiny else (model or BOOK_MODEL[algorithm])
     model_path = tok_path if tiny else str(build_random_model(arch, workdir / "models", tokenizer))
     total_steps = warmup + steps
-    argv = [str(RECIPES / f"{algorithm}.yaml"), "--model_name_or_path", model_path,
+    argv = [str(recipe_path(algorithm)), "--model_name_or_path", model_path,
             "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{lora}-{attention}"), "--overwrite",
             "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--eval_strategy", "no",
             "--attn_implementation", attention, "--dataloader_num_workers", "0"]
@@ -330,18 +329,18 @@ def replan(row: dict, device: str = "cuda"):
     row's plan_inputs: no GPU, no weights (tests/test_planner.py checks recorded GPU peaks with it)."""
     import tempfile
 
-    from rlhf_recipes.planner import Launch, Workload, build_plan, load_shape
-    from rlhf_recipes.planner.plan import load_for_planning
+    from rlhf_recipes.tools.planner import Launch, Workload, build_plan, load_shape
+    from rlhf_recipes.tools.planner.plan import load_for_planning
 
     hub_id = ARCHITECTURES.get(row["model"], row["model"])  # "tiny": the embedded model
     with tempfile.TemporaryDirectory() as out:
-        recipe, bf16 = load_for_planning([str(RECIPES / f"{row['algorithm']}.yaml"), "--model_name_or_path", hub_id,
+        recipe, bf16 = load_for_planning([str(recipe_path(row["algorithm"])), "--model_name_or_path", hub_id,
                                           "--output_dir", out, *row["plan_inputs"]["recipe_args"]], world_size=1)
     return build_plan(recipe, Launch(), load_shape(hub_id), Workload(**row["plan_inputs"]["workload"]), bf16=bf16,
                       device=device)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", default="dpo,grpo,ppo,preference_rm,orm",
                         help="comma-separated; one per family by default")
@@ -356,7 +355,7 @@ def main() -> int:
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the built-in table")
     parser.add_argument("--json", help="write all rows to this file")
     parser.add_argument("--keep", action="store_true", help="keep the random-weight models and data (in a temp dir)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     lora_modes = {"off": False, "on": True, "qlora": "qlora"}
     for v in args.lora.split(","):
         if v not in lora_modes:

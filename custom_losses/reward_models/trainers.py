@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import Trainer, TrainingArguments
 from trl import RewardConfig
 
-from custom_losses.reward_model_data import (
+from custom_losses.reward_models.data import (
     DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, STEP_CLASS_NAMES, RolloutCollator, StepCollator, rollout_scores,
 )
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Evaluate a trained reward model: the book's numbers on held-out data, and a scored demo.
 
-    python recipes/evaluate_rm.py outputs/preference_rm
-    python recipes/evaluate_rm.py outputs/orm/checkpoint-500 --batch_size 32
-    python recipes/evaluate_rm.py path/to/rm --recipe recipes/hh_rm.yaml --split all --data_files test.jsonl
+    rlhf-recipes evaluate outputs/preference_rm
+    rlhf-recipes evaluate outputs/orm/checkpoint-500 --batch_size 32
+    rlhf-recipes evaluate path/to/rm --recipe recipes/hh_rm.yaml --split all --data_files test.jsonl
 
 MODEL is a run's output directory (its config.yaml is the recipe) or a checkpoint inside one,
 or any saved reward model with --recipe. The data come from the recipe, so the held-out split
@@ -25,9 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from rlhf_recipes.config import RecipeError, load_recipe  # noqa: E402
+from rlhf_recipes.config import RecipeError, load_recipe
 
 
 def find_recipe(model: Path, given: str | None) -> str:

@@ -42,11 +42,11 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from custom_losses.advantages import ESTIMATORS, compute_advantages, groups_with_contrast
-from custom_losses.pg_objectives import (
+from custom_losses.policy_gradient.advantages import ESTIMATORS, compute_advantages, groups_with_contrast
+from custom_losses.policy_gradient.objectives import (
     KL_ESTIMATORS, cispo_loss, kl_estimate, policy_gradient_loss, seq_mean, sequence_kl, token_mean,
 )
-from custom_losses.rollout_health import (
+from custom_losses.policy_gradient.health import (
     RolloutStore, check_logprobs, is_truncated, repetition_score, rollout_health_metrics, write_samples,
 )
 

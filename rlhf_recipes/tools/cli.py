@@ -1,0 +1,68 @@
+"""`rlhf-recipes <command> ...`: one installed command for training and every tool.
+
+    rlhf-recipes train recipes/dpo.yaml --profile tiny      # the same as recipes/run.py
+    rlhf-recipes compare outputs/grpo --reference grpo      # a run against the book's published run
+    rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
+    rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
+    rlhf-recipes bench-phases --tiny                        # one GRPO rollout batch split into phases
+    rlhf-recipes evaluate outputs/preference_rm             # a trained reward model on held-out data
+    rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
+
+Each command's module keeps its own `main(argv)`; this file only maps names to them, imported on
+use so that `rlhf-recipes compare --help` does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    target: str  # "module:function", called with the remaining arguments
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("rlhf_recipes.train:cli", "train one recipe (what recipes/run.py runs)"),
+    "compare": Command("rlhf_recipes.tools.compare.cli:main", "compare runs with the book's published runs or each other"),
+    "plan": Command("rlhf_recipes.tools.planner.cli:main", "plan a recipe's GPU memory before launching it"),
+    "bench": Command("rlhf_recipes.tools.bench.families:main", "benchmark a training step per family"),
+    "bench-phases": Command("rlhf_recipes.tools.bench.grpo_phases:main",
+                            "split one GRPO rollout batch into generation, scoring and training"),
+    "evaluate": Command("rlhf_recipes.tools.evaluate:main", "evaluate a trained reward model on held-out data"),
+    "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: rlhf-recipes <command> [args ...]   (rlhf-recipes <command> --help for its options)", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" Did you mean `{close[0]}`?" if close else ""
+        print(f"error: unknown command `{name}`.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module, _, function = command.target.partition(":")
+    sys.argv = [f"rlhf-recipes {name}", *rest]  # argparse names the subcommand in its usage line
+    return getattr(importlib.import_module(module), function)(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

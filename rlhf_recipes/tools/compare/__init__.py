@@ -1,0 +1,10 @@
+"""Compare training runs with the RLHF book's published runs, and with each other.
+
+Entry point: `rlhf-recipes compare RUN_DIR [RUN_DIR ...] [--reference ALGORITHM]`.
+See README_SECTION.md for what the numbers mean.
+"""
+
+from rlhf_recipes.tools.compare.errors import CompareError
+from rlhf_recipes.tools.compare.report import CompareReport, compare_local_runs, compare_with_reference
+
+__all__ = ["CompareError", "CompareReport", "compare_local_runs", "compare_with_reference"]
