@@ -1,0 +1,178 @@
+"""The commands in README.md and docs/*.md work as written.
+
+Which commands run: in fenced ```bash blocks, every line that uses `--profile tiny`, and every
+line whose trailing comment says `# runs as written`. A comment may state the exit code the
+command is expected to end with, e.g. `# runs as written (exit code 1: does not fit)`; otherwise
+it must exit 0. A block right after the HTML comment `<!-- not run by tests/test_docs_commands.py:
+REASON -->` is skipped as a whole (the comment says why).
+
+They run in document order, README.md first, then the pages of `DOCS` in that order, as real
+subprocesses, so a later command may use what an earlier one left behind (the README's tiny DPO
+run in outputs/dpo-tiny is compared on the direct-alignment page). The working directory is a
+scratch folder holding links to the repository's recipes/ and accelerate_configs/, so outputs/
+lands there. `python` is this interpreter; `rlhf-recipes` is the installed command next to it (or
+`python -m rlhf_recipes.tools` without one), and PYTHONPATH points at this checkout so both run its
+code. The environment is offline: HF_HUB_OFFLINE=1, WANDB_MODE=offline, OMP_NUM_THREADS=1.
+
+Keep the runnable set small: each tiny run is a process of about 10 s on a CPU.
+
+The cheap checks below run nothing: every recipes/*.yaml named in the docs exists, every recipe
+is named in README.md, every `rlhf-recipes <command>` named is a real command, and every local
+link points at a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = ["README.md", "docs/direct_alignment.md", "docs/policy_gradients.md", "docs/reward_models.md",
+        "docs/pipelines.md", "docs/tools.md"]
+RUNNABLE_MARK = "runs as written"
+SKIP_BLOCK = "<!-- not run by tests/test_docs_commands.py"
+TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    where: str  # file:line
+    line: str  # the line as written
+    argv: list[str]  # the command, comment removed
+    expected_exit: int
+    runnable: bool
+
+
+def _doc_text(name: str) -> str:
+    return (REPO / name).read_text(encoding="utf-8")
+
+
+def bash_commands(name: str) -> list[DocCommand]:
+    """Every command line of the file's ```bash blocks, in order."""
+    commands: list[DocCommand] = []
+    in_block = skip = False
+    previous = ""
+    pending = ""
+    for number, line in enumerate(_doc_text(name).splitlines(), start=1):
+        stripped = line.strip()
+        if not in_block:
+            if stripped.startswith("```bash"):
+                in_block, skip = True, previous.startswith(SKIP_BLOCK)
+            if stripped:
+                previous = stripped
+            continue
+        if stripped.startswith("```"):
+            in_block = False
+            previous = stripped
+            continue
+        if skip or not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):  # a command continued on the next line
+            pending += stripped[:-1] + " "
+            continue
+        full, pending = pending + stripped, ""
+        argv = shlex.split(full, comments=True)
+        comment = _comment(full)
+        exit_code = re.search(r"exit code (\d+)", comment)
+        commands.append(DocCommand(
+            where=f"{name}:{number}", line=full, argv=argv,
+            expected_exit=int(exit_code.group(1)) if exit_code else 0,
+            runnable="--profile tiny" in " ".join(argv) or RUNNABLE_MARK in comment,
+        ))
+    assert not in_block, f"{name}: a ```bash block is not closed"
+    return commands
+
+
+def _comment(line: str) -> str:
+    """The trailing `# ...` comment of a shell line (a # inside quotes is not one)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[i + 1:].strip()
+    return ""
+
+
+def runnable_commands() -> list[DocCommand]:
+    return [c for name in DOCS for c in bash_commands(name) if c.runnable]
+
+
+def _resolve(argv: list[str]) -> list[str]:
+    program, rest = argv[0], argv[1:]
+    if program == "python":
+        return [sys.executable, *rest]
+    if program == "rlhf-recipes":
+        installed = Path(sys.executable).parent / "rlhf-recipes"
+        return [str(installed), *rest] if installed.exists() else [sys.executable, "-m", "rlhf_recipes.tools", *rest]
+    return argv
+
+
+def test_runnable_commands_are_found():
+    commands = runnable_commands()
+    assert commands, "no runnable command found in the docs"
+    first = commands[0]
+    assert first.where.startswith("README.md") and "--profile tiny" in first.line, first
+    for c in commands:
+        assert c.argv[0] in ("python", "rlhf-recipes"), f"{c.where}: runs `{c.argv[0]}`, not python or rlhf-recipes"
+
+
+def test_doc_commands_run_as_written(tmp_path):
+    for folder in ("recipes", "accelerate_configs"):
+        (tmp_path / folder).symlink_to(REPO / folder, target_is_directory=True)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    for command in runnable_commands():
+        result = subprocess.run(_resolve(command.argv), cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=TIMEOUT_S)
+        if result.returncode != command.expected_exit:
+            output = (result.stdout + result.stderr)[-4000:]
+            pytest.fail(f"{command.where}: `{command.line}` exited {result.returncode}, "
+                        f"expected {command.expected_exit}\n{output}")
+
+
+def _all_docs_text() -> str:
+    return "\n".join(_doc_text(name) for name in DOCS)
+
+
+def test_named_recipes_exist_and_every_recipe_is_in_the_readme():
+    named = set(re.findall(r"recipes/[A-Za-z0-9_]+\.yaml", _all_docs_text()))
+    missing = sorted(p for p in named if not (REPO / p).exists())
+    assert not missing, f"the docs name recipes that do not exist: {missing}"
+    readme = _doc_text("README.md")
+    unnamed = sorted(p.name for p in (REPO / "recipes").glob("*.yaml") if f"recipes/{p.name}" not in readme)
+    assert not unnamed, f"README.md does not name these recipes: {unnamed}"
+
+
+def test_named_commands_exist():
+    from rlhf_recipes.tools.cli import COMMANDS
+
+    named = set(re.findall(r"rlhf-recipes[ ]+([a-z][a-z-]*)", _all_docs_text()))
+    unknown = sorted(named - set(COMMANDS))
+    assert not unknown, f"the docs name `rlhf-recipes` commands that do not exist: {unknown}"
+
+
+def test_local_links_exist():
+    broken = []
+    for name in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _doc_text(name)):
+            if "://" in target:
+                continue
+            if not ((REPO / name).parent / target).exists():
+                broken.append(f"{name}: {target}")
+    assert not broken, f"broken links: {broken}"
