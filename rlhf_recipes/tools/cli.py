@@ -4,7 +4,7 @@
     rlhf-recipes compare outputs/grpo --reference grpo      # a run against the book's published run
     rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
     rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
-    rlhf-recipes bench-phases --tiny                        # one GRPO rollout batch split into phases
+    rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
     rlhf-recipes evaluate outputs/preference_rm             # a trained reward model on held-out data
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
 

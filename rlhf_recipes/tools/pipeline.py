@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.paths import RECIPES_DIR, REPO_ROOT, recipe_path
+from rlhf_recipes.paths import RECIPES_DIR, recipe_path
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -
         code = train(argv)
     else:
         launcher = shlex.split(options.launcher) if options.launcher else [sys.executable]
-        code = subprocess.run([*launcher, str(RECIPES_DIR / "run.py"), *argv], cwd=REPO_ROOT).returncode
+        code = subprocess.run([*launcher, str(RECIPES_DIR / "run.py"), *argv]).returncode  # recipe paths are absolute: runs land where the user stands
     if code != 0:
         raise RuntimeError(f"pipeline: stage {name} failed (exit code {code}); its log says why. Fix it and run the "
                            "pipeline again: finished stages are kept")

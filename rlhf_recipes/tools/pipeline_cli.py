@@ -8,7 +8,7 @@
 
 Writes <out>/{hh_rm,ppo,grpo,dpo}/ (one run each), pipeline_results.json, pipeline_table.txt and
 pipeline.png. Finished stages are kept: running the command again only trains what is missing
-(--overwrite trains everything again). The work is done in rlhf_`rlhf-recipes pipeline`.
+(--overwrite trains everything again). The work is done in rlhf_recipes/tools/pipeline.py.
 """
 
 from __future__ import annotations
