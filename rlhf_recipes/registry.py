@@ -204,19 +204,19 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
-            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.trainers:PreferenceRMConfig",
+            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.config:PreferenceRMConfig",
             trainer_class="trl:RewardTrainer",
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             chapter="5", key_metrics=("accuracy", "margin", "eval_accuracy", "eval_margin"),
         ),
         Algorithm(
-            "orm", family="reward_model", config_class="custom_losses.reward_models.trainers:OutcomeRMConfig",
+            "orm", family="reward_model", config_class="custom_losses.reward_models.config:OutcomeRMConfig",
             trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer",
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
             chapter="5", key_metrics=("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"),
         ),
         Algorithm(
-            "prm", family="reward_model", config_class="custom_losses.reward_models.trainers:ProcessRMConfig",
+            "prm", family="reward_model", config_class="custom_losses.reward_models.config:ProcessRMConfig",
             trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer",
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
             chapter="5", key_metrics=("step_accuracy", "eval_step_accuracy"),
