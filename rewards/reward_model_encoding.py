@@ -99,4 +99,3 @@ def truncate(ids: list[int], max_length: int | None, mode: str) -> list[int]:
     if max_length is None or len(ids) <= max_length:
         return ids
     return ids[:max_length] if mode == "keep_start" else ids[len(ids) - max_length:]
-

@@ -30,6 +30,7 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
+    reference_model: bool = True  # False: the loss needs no frozen reference (the trainer keeps none)
 
 
 def import_object(path: str) -> Any:
@@ -44,8 +45,8 @@ def family_of(algorithm: Algorithm) -> ModuleType:
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 _BOOK_DPO = dict(
     family="direct_alignment",
-    config_class="custom_losses.direct_alignment:BookDPOConfig",
-    trainer_class="custom_losses.direct_alignment:BookDPOTrainer",
+    config_class="custom_losses.direct_alignment.config:BookDPOConfig",
+    trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer",
     key_metrics=_DPO_METRICS,
 )
 
@@ -75,12 +76,12 @@ ALGORITHMS: dict[str, Algorithm] = {
             "simpo", family="direct_alignment", config_class="trl.experimental.cpo:CPOConfig",
             trainer_class="trl.experimental.cpo:CPOTrainer",
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", chapter="8",
-            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, key_metrics=_DPO_METRICS,
+            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, key_metrics=_DPO_METRICS, reference_model=False,
         ),
         Algorithm(
             "orpo", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("nll_loss", "log_odds_chosen")},
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", chapter="8",
-            defaults={"book_loss": "orpo"},
+            defaults={"book_loss": "orpo"}, reference_model=False,
         ),
         Algorithm(
             "kto", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("kl",)},

@@ -385,7 +385,6 @@ def _decode_raw_text(tokenizer, tools) -> None:
             setattr(tokenizer, attribute, None)
 
 
-
 class _quiet_model_init_kwargs_warning:
     """GRPOTrainer warns that model_init_kwargs are ignored for a policy passed as a model; they are
     what builds the reference (ref_dtype), so the warning would mislead."""

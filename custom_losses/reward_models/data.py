@@ -114,7 +114,6 @@ def step_examples(rows: Iterable[dict], tokenizer, max_length: int | None, max_s
     return examples, stats
 
 
-
 # --------------------------------------------------------------------------------------
 # Batches
 

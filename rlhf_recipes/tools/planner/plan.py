@@ -28,7 +28,6 @@ from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
 GiB = M.GiB
 A6000_GIB = 48.0  # an RTX A6000: 48 GB (49140 MiB) of GDDR6
 
-REFERENCE_FREE = {"simpo", "orpo"}  # CPOTrainer keeps none; BookDPOTrainer drops DPOTrainer's copy for orpo
 FULL_LOGITS = {"simpo"}  # TRL's CPOTrainer materializes (T, V) logits; DPO/BookDPO/GRPO use the fused head
 DEFAULT_PROMPT_LENGTH = 256  # policy-gradient prompts (system prompt + question), when the recipe does not bound them
 
@@ -269,7 +268,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         if family == "direct_alignment" and not getattr(training, "precompute_ref_log_probs", False):
             notes.append("reference model kept in memory (use_peft or precompute_ref_log_probs would avoid it)")
     elif family == "direct_alignment":
-        why = ("reference-free loss" if name in REFERENCE_FREE else
+        why = ("reference-free loss" if not algorithm.reference_model else
                "LoRA: the reference is the base model with the adapter disabled" if peft else
                "reference log-probs precomputed before training")
         notes.append(f"no reference model ({why})")
@@ -370,11 +369,11 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
 
 
 def _needs_reference(recipe, peft: bool) -> bool:
-    family, name, training = recipe.algorithm.family, recipe.algorithm.name, recipe.training
+    family, training = recipe.algorithm.family, recipe.training
     if peft:
         return False
     if family == "direct_alignment":
-        return name not in REFERENCE_FREE and not getattr(training, "precompute_ref_log_probs", False)
+        return recipe.algorithm.reference_model and not getattr(training, "precompute_ref_log_probs", False)
     if family == "policy_gradient":
         return getattr(training, "beta", 0.0) != 0.0
     return False
