@@ -281,7 +281,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             if isinstance(spec, str) and spec.startswith("rm:"):
                 _add_reward_model(spec[3:], add, notes, getattr(training, "reward_model_dtype", None))
     checkpointing = bool(training.activation_checkpointing)
-    if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo_trainer.py): the value model
+    if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo/trainer.py): the value model
         value_terms, value_notes = value_model_terms(
             recipe, shape, workload, p=p, e=e, launch=launch, policy_peft=peft, checkpointing=checkpointing,
             attention=attention, optim=optim)
@@ -393,7 +393,7 @@ def _add_reward_model(path: str, add, notes: list[str], dtype: str | None = None
 def value_model_terms(recipe, shape: ModelShape, workload: Workload, p: int, e: int, launch: Launch,
                       policy_peft: bool, checkpointing: bool, attention: str,
                       optim: str) -> tuple[list[M.Term], list[str]]:
-    """PPO's value model (custom_losses/ppo_trainer.py, custom_losses/value_model.py).
+    """PPO's value model (custom_losses/ppo/trainer.py, custom_losses/ppo/value_model.py).
 
     separate (the book): a full copy of the policy's backbone with Linear(h, 1) instead of the LM
       head, loaded in the policy's dtype (never quantized), with its own optimizer (the policy's
