@@ -10,7 +10,7 @@ The callable has TRL's reward-function shape, `f(completions, prompts=..., **col
 
 The model loads on the first call, on the process's GPU when there is one (bf16) or the CPU
 (fp32), is never trained, and scores completions in batches. It reads its input the way it
-was trained (custom_losses/reward_model_data.py): a Bradley-Terry RM scores the chat-templated
+was trained (rewards/reward_model_encoding.py): a Bradley-Terry RM scores the chat-templated
 conversation prompt + completion (its scalar reward), an ORM the completion after the
 chat-templated prompt (mean token probability of "correct", in [0, 1]), a PRM the completion's
 steps (probability that no step is bad, in [0, 1]). Prompts and completions may be
@@ -36,7 +36,7 @@ class RewardModelScorer:
     def load(self) -> None:
         import torch
 
-        from custom_losses.reward_models.data import load_reward_model
+        from rewards.reward_model_scoring import load_reward_model
 
         if self.device is None:
             self.device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
@@ -46,7 +46,7 @@ class RewardModelScorer:
         self.model.to(self.device).eval().requires_grad_(False)
 
     def __call__(self, prompts: list[Any] | None, completions: list[Any]) -> list[float]:
-        from custom_losses.reward_models.data import score_completions
+        from rewards.reward_model_scoring import score_completions
 
         if self.model is None:
             self.load()
@@ -63,7 +63,7 @@ def reward_name(path: str) -> str:
 def reward_model_reward(path: str, batch_size: int = 16, device: str | None = None, dtype: str | None = None,
                         name: str | None = None) -> Callable[..., list[float]]:
     """A GRPO reward function that scores completions with the reward model saved at `path`."""
-    from custom_losses.reward_models.data import resolve_reward_model_dir
+    from rewards.reward_model_scoring import resolve_reward_model_dir
 
     resolve_reward_model_dir(path)  # fail now, not at the first rollout, if nothing is saved there
     scorer = RewardModelScorer(path, batch_size, device, dtype)

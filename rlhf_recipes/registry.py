@@ -30,6 +30,7 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
+    reference_model: bool = True  # False: the loss needs no frozen reference (the trainer keeps none)
 
 
 def import_object(path: str) -> Any:
@@ -44,8 +45,8 @@ def family_of(algorithm: Algorithm) -> ModuleType:
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 _BOOK_DPO = dict(
     family="direct_alignment",
-    config_class="custom_losses.direct_alignment:BookDPOConfig",
-    trainer_class="custom_losses.direct_alignment:BookDPOTrainer",
+    config_class="custom_losses.direct_alignment.config:BookDPOConfig",
+    trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer",
     key_metrics=_DPO_METRICS,
 )
 
@@ -75,12 +76,12 @@ ALGORITHMS: dict[str, Algorithm] = {
             "simpo", family="direct_alignment", config_class="trl.experimental.cpo:CPOConfig",
             trainer_class="trl.experimental.cpo:CPOTrainer",
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", chapter="8",
-            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, key_metrics=_DPO_METRICS,
+            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, key_metrics=_DPO_METRICS, reference_model=False,
         ),
         Algorithm(
             "orpo", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("nll_loss", "log_odds_chosen")},
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", chapter="8",
-            defaults={"book_loss": "orpo"},
+            defaults={"book_loss": "orpo"}, reference_model=False,
         ),
         Algorithm(
             "kto", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("kl",)},
@@ -98,11 +99,11 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"loss_type": ["apo_down"]}, key_metrics=_DPO_METRICS,
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
-        # One config and trainer (custom_losses/policy_gradient.py) for all ten; `defaults` are
+        # One config and trainer (custom_losses/policy_gradient/) for all ten; `defaults` are
         # what makes each algorithm itself. Every entry: the book's seq-mean aggregation
         # (loss_type grpo) unless stated, log-probs at temperature 1, z-score eps 1e-8.
         Algorithm(
-            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)", chapter="6",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
@@ -111,7 +112,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)", chapter="6",
             defaults={"advantage_estimator": "rloo", "book_objective": "policy_gradient", "kl_in_reward": True,
@@ -120,7 +121,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "token",
@@ -129,7 +130,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO)",
             chapter="6",
@@ -141,7 +142,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Zheng et al. 2025, Group Sequence Policy Optimization", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "sequence",
@@ -150,7 +151,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)", chapter="6",
             defaults={"advantage_estimator": "zscore", "book_objective": "cispo", "loss_type": "grpo",
@@ -159,7 +160,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "cispo_clip_ratio", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)", chapter="6",
             defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
@@ -168,7 +169,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale", chapter="6",
             # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
@@ -180,7 +181,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "dynamic_sampling/kept_groups_first_round", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient.trainer:BookGRPOConfig",
+            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
             trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
             paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)", chapter="6",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
@@ -189,7 +190,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                          "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "ppo", family="policy_gradient", config_class="custom_losses.ppo.trainer:PPOConfig",
+            "ppo", family="policy_gradient", config_class="custom_losses.ppo.config:PPOConfig",
             trainer_class="custom_losses.ppo.trainer:PPOTrainer",
             paper="Schulman et al. 2017, Proximal Policy Optimization Algorithms; Schulman et al. 2016 (GAE); "
                   "Ouyang et al. 2022 (InstructGPT)", chapter="6",
@@ -204,19 +205,19 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
-            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.trainers:PreferenceRMConfig",
+            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.config:PreferenceRMConfig",
             trainer_class="trl:RewardTrainer",
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             chapter="5", key_metrics=("accuracy", "margin", "eval_accuracy", "eval_margin"),
         ),
         Algorithm(
-            "orm", family="reward_model", config_class="custom_losses.reward_models.trainers:OutcomeRMConfig",
+            "orm", family="reward_model", config_class="custom_losses.reward_models.config:OutcomeRMConfig",
             trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer",
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
             chapter="5", key_metrics=("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"),
         ),
         Algorithm(
-            "prm", family="reward_model", config_class="custom_losses.reward_models.trainers:ProcessRMConfig",
+            "prm", family="reward_model", config_class="custom_losses.reward_models.config:ProcessRMConfig",
             trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer",
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
             chapter="5", key_metrics=("step_accuracy", "eval_step_accuracy"),

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from custom_losses.direct_alignment import cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss
+from custom_losses.direct_alignment.losses import cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss
 
 LR_C = torch.tensor([0.5, -1.0, 2.0, 0.0])
 LR_R = torch.tensor([-0.5, 0.3, 2.0, 0.0])
@@ -113,6 +113,7 @@ def _independent_logps(model, batch):
 def _trainer_and_batch(algorithm: str, tmp_path):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
+    from rlhf_recipes.families.direct_alignment import reference_kwargs
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
     from rlhf_recipes.registry import import_object
 
@@ -127,7 +128,7 @@ def _trainer_and_batch(algorithm: str, tmp_path):
             p.add_(0.05 * torch.randn_like(p))
     trainer_class = import_object(recipe.algorithm.trainer_class)
     trainer = trainer_class(model=policy, ref_model=reference, args=recipe.training, train_dataset=train,
-                            processing_class=tokenizer)
+                            processing_class=tokenizer, **reference_kwargs(recipe, trainer_class))
     batch = next(iter(trainer.get_train_dataloader()))
     return trainer, policy, reference, batch
 

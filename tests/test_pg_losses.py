@@ -319,7 +319,7 @@ def test_book_objectives_through_the_trainer_plumbing():
 
 
 def _config(tmp_path, **kw):
-    from custom_losses.policy_gradient.trainer import BookGRPOConfig
+    from custom_losses.policy_gradient.config import BookGRPOConfig
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=32, num_generations=8)
@@ -386,7 +386,7 @@ def test_rollout_store_roundtrip_and_resume(tmp_path):
 
 
 def test_concat_rollouts_pads_prompts_left_and_completions_right():
-    from custom_losses.policy_gradient.trainer import concat_rollouts, masked_out, select_rows
+    from custom_losses.policy_gradient.rollout_batch import concat_rollouts, masked_out, select_rows
 
     a = {"prompt_ids": torch.tensor([[1, 2]]), "prompt_mask": torch.tensor([[1, 1]]),
          "completion_ids": torch.tensor([[3]]), "completion_mask": torch.tensor([[1]]),

@@ -133,6 +133,7 @@ def test_log_probs_at_temperature_one_by_default(tmp_path):
     from custom_losses.policy_gradient.trainer import BookGRPOTrainer
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
+    from rlhf_recipes.families.policy_gradient import reward_funcs
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
 
     ids = torch.tensor([[5, 17, 42, 99, 7, 300]])
@@ -143,7 +144,8 @@ def test_log_probs_at_temperature_one_by_default(tmp_path):
         tokenizer = load_tokenizer(recipe.model)
         train, _ = load_splits(recipe)
         model = load_causal_lm(recipe.model)
-        trainer = BookGRPOTrainer(model=model, args=recipe.training, train_dataset=train, processing_class=tokenizer)
+        trainer = BookGRPOTrainer(model=model, reward_funcs=reward_funcs(recipe.training), args=recipe.training,
+                                  train_dataset=train, processing_class=tokenizer)
         with torch.no_grad():
             logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)
             logits = trainer.model(input_ids=ids).logits[:, -4:-1].float()

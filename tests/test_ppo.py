@@ -141,7 +141,7 @@ def test_kl_in_the_reward_vs_in_the_loss():
 
 
 def test_config_validates_ppo_options(tmp_path):
-    from custom_losses.ppo.trainer import PPOConfig
+    from custom_losses.ppo.config import PPOConfig
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=16, num_generations=1)
@@ -158,7 +158,7 @@ def test_config_validates_ppo_options(tmp_path):
 
 
 def test_models_in_memory_for_planning(tmp_path):
-    from custom_losses.ppo.trainer import PPOConfig, models_in_memory
+    from custom_losses.ppo.config import PPOConfig, models_in_memory
 
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=2,
                 gradient_accumulation_steps=4, generation_batch_size=16, num_generations=1)
@@ -190,13 +190,14 @@ def tiny_ppo_trainer(output_dir, *extra: str):
     from custom_losses.ppo.trainer import PPOTrainer
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
+    from rlhf_recipes.families.policy_gradient import reward_funcs
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
 
     recipe = load_recipe(["recipes/ppo.yaml", "--profile", "tiny", "--output_dir", str(output_dir), *extra])
     tokenizer = load_tokenizer(recipe.model)
     train, _ = load_splits(recipe)
-    trainer = PPOTrainer(model=load_causal_lm(recipe.model), args=recipe.training, train_dataset=train,
-                         processing_class=tokenizer)
+    trainer = PPOTrainer(model=load_causal_lm(recipe.model), reward_funcs=reward_funcs(recipe.training),
+                         args=recipe.training, train_dataset=train, processing_class=tokenizer)
     return trainer, train
 
 

@@ -8,9 +8,8 @@ import json
 import pytest
 from datasets import Dataset, load_dataset
 
-from custom_losses.reward_models.data import (
-    IGNORE_INDEX, encode_sequence, preference_examples, rollout_examples, split_steps, step_examples,
-)
+from custom_losses.reward_models.data import IGNORE_INDEX, preference_examples, rollout_examples, step_examples
+from rewards.reward_model_encoding import encode_sequence, split_steps
 from rlhf_recipes.data.sources import DROP, FIXTURES, SOURCES, DataError, normalize_rows
 
 

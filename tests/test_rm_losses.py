@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from custom_losses.reward_models.data import rollout_scores
-from custom_losses.reward_models.trainers import (
+from custom_losses.reward_models.losses import (
     bradley_terry_loss, preference_metrics, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
 )
+from rewards.reward_model_scoring import rollout_scores
 
 
 def softplus(x: float) -> float:  # -log(sigmoid(-x)) = log(1 + e^x)

@@ -10,7 +10,8 @@ Nothing here knows GRPO: PPO (or any rollout-based trainer) can reuse it.
 - `RolloutStore`: every rollout (prompt, completion, each reward, total, advantage, step)
   in a SQLite file, queryable after the run:
       sqlite3 out/rollouts.sqlite "SELECT step, AVG(reward) FROM rollouts GROUP BY step"
-- `write_samples`: a few completions with their rewards, appended to samples.jsonl and logged.
+- `write_samples`: a few completions with their rewards, appended to samples.jsonl and logged;
+- `RolloutMonitorMixin`: a trainer's use of all of the above, once per rollout batch.
 """
 
 from __future__ import annotations
@@ -179,3 +180,81 @@ def write_samples(path: str | Path, step: int, samples: list[dict[str, Any]], lo
 def _clip(text: str, limit: int = 400) -> str:
     text = str(text).replace("\n", "\\n")
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+# ------------------------------------------------------------------------------------------
+# Health checks and the rollout database: reusable by any trainer that has self.accelerator,
+# self.args (output_dir, log_samples_*, rollouts_db, repetition_ngram), self.state, self._metrics.
+
+
+class RolloutMonitorMixin:
+    """Per-batch health metrics, sample logging and the SQLite rollout store."""
+
+    def _monitor_init(self, reward_names: list[str]) -> None:
+        self._monitor_reward_names = list(reward_names)
+        self._rollout_store: RolloutStore | None = None
+        self._rollout_generation = 0
+        self._last_samples_step: int | None = None
+
+    def _rollout_store_path(self) -> Path | None:
+        db = getattr(self.args, "rollouts_db", None)
+        return Path(self.args.output_dir) / db if db else None
+
+    def _monitor_record(
+        self, mode: str, completion_ids: list[list[int]], stop_ids: list[int], prompts: list | None,
+        completions: list | None, rewards: dict[str, list[float]], totals: list[float], advantages: list[float],
+        kept: list[bool], group_size: int, contrast: list[bool] | None,
+    ) -> None:
+        """Log health metrics for this rollout batch and, on the main process, store every rollout.
+
+        `completion_ids` are this process's; every other list is global (gathered), in the
+        global order. Must be called on every process (it gathers).
+        """
+        from rewards.text import completion_text, prompt_text
+
+        n_gram = getattr(self.args, "repetition_ngram", 4)
+        local = torch.tensor(
+            [[len(ids), float(is_truncated(ids, stop_ids)), repetition_score(ids, n_gram)] for ids in completion_ids],
+            dtype=torch.float32, device=self.accelerator.device,
+        ).reshape(-1, 3)
+        stats = self.accelerator.gather(local).cpu()
+        lengths, truncated, repetition = stats[:, 0].long().tolist(), stats[:, 1].bool().tolist(), stats[:, 2].tolist()
+        for name, value in rollout_health_metrics(lengths, truncated, repetition, contrast).items():
+            self._metrics[mode][name].append(value)
+        self._rollout_generation += 1
+        if mode != "train" or not self.accelerator.is_main_process:
+            return
+
+        step = self.state.global_step
+        n = len(totals)
+        have_texts = completions is not None and len(completions) == n
+        texts = [completion_text(c) for c in completions] if have_texts else [None] * n
+        prompt_messages = prompts if prompts is not None and len(prompts) == n else [None] * n
+        rows = [
+            {
+                "step": step, "generation": self._rollout_generation, "group_index": i // max(group_size, 1),
+                "prompt": prompt_text(prompt_messages[i]) if prompt_messages[i] is not None else None,
+                "prompt_json": prompt_messages[i], "completion": texts[i], "reward": totals[i],
+                "advantage": advantages[i], "rewards": {k: v[i] for k, v in rewards.items()},
+                "length": lengths[i], "truncated": truncated[i], "repetition": repetition[i], "kept": kept[i],
+            }
+            for i in range(n)
+        ]
+        path = self._rollout_store_path()
+        if path is not None:
+            if self._rollout_store is None:
+                self._rollout_store = RolloutStore(
+                    path, self._monitor_reward_names, start_step=step,
+                    run_info={"reward_funcs": self._monitor_reward_names, "group_size": group_size},
+                )
+            self._rollout_store.add(rows)
+
+        every = getattr(self.args, "log_samples_every", 0)
+        if every and (self._last_samples_step is None or step - self._last_samples_step >= every):
+            self._last_samples_step = step
+            count = getattr(self.args, "log_samples_count", 4)
+            # One completion from each of the first groups, so the samples show different prompts.
+            picks = list(range(0, n, max(group_size, 1)))[:count] or list(range(min(count, n)))
+            keys = ("prompt", "completion", "reward", "rewards", "advantage")
+            samples = [{k: rows[i][k] for k in keys} for i in picks]
+            write_samples(Path(self.args.output_dir) / "samples.jsonl", step, samples, logger)

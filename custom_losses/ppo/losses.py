@@ -1,6 +1,6 @@
 """PPO's math (RLHF book, chapter 6), as pure tensor functions.
 
-Notation as in custom_losses/pg_objectives.py: per-token tensors are (B, T) over the
+Notation as in custom_losses/policy_gradient/objectives.py: per-token tensors are (B, T) over the
 completion tokens, M is the completion mask (1 on real tokens, right-padded), logp / old /
 ref are the current, rollout-time and reference log-probs, V the value model's output at
 the state before each completion token (V_t predicts the return from token t on), V_old the
@@ -11,7 +11,7 @@ Rewards per token (the book: the scalar on the LAST completion token, zero elsew
   sequence_mean (book):  R' = R - beta * seq-mean_t(kl_t),  r_t = R' * [t == last]
   per_token (InstructGPT / TRL's old PPOTrainer):    r_t = R * [t == last] - beta * kl_t * M_t
 with kl_t one of the book's estimators of x_t = old_t - ref_t: k1 = -x, k2 = x^2/2,
-k3 = expm1(x) - x (custom_losses/pg_objectives.kl_estimate).
+k3 = expm1(x) - x (custom_losses/policy_gradient/objectives.kl_estimate).
 
 GAE (Schulman et al. 2016), with every position after the last completion token done:
   delta_t = r_t + gamma * V_{t+1} * M_{t+1} - V_t

@@ -66,6 +66,17 @@ def derive_batch(typed: dict[str, dict[str, Any]], origin: dict[str, str], world
         )
 
 
+def reward_funcs(args) -> list:
+    """The config's reward functions, named in `reward_funcs`, as the callables the trainer takes
+    (rewards/; `rm:<path>` is a trained reward model, loaded when first called)."""
+    import rewards
+
+    return rewards.build_reward_funcs(
+        list(args.reward_funcs), overlong_max_length=args.overlong_max_length,
+        overlong_cache_length=args.overlong_cache_length,
+    )
+
+
 def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
     trainer_class = import_object(recipe.algorithm.trainer_class)
     extra = {}
@@ -75,6 +86,7 @@ def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
         extra["value_model_init_kwargs"] = model_init_kwargs(recipe.model)
     return trainer_class(
         model=model,
+        reward_funcs=reward_funcs(recipe.training),
         args=recipe.training,
         train_dataset=train,
         eval_dataset=eval,

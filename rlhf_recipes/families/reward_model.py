@@ -5,7 +5,7 @@ The algorithm's config class says which kind it trains (`rm_kind`):
               token; TRL's RewardTrainer on pre-tokenized pairs (truncated, not dropped);
   outcome     AutoModelForTokenClassification, 1 label: one logit per token (OutcomeRMTrainer);
   process     AutoModelForTokenClassification, 3 labels (bad/neutral/good) (ProcessRMTrainer).
-Rows are tokenized here, once per run, with the layout of custom_losses/reward_model_data.py;
+Rows are tokenized here, once per run, with the layout of rewards/reward_model_encoding.py;
 the run's log gets the token-length statistics and the count of dropped examples. At the end
 of training `final_results` evaluates the model on the held-out split (pairwise accuracy and
 margin, top-1 / pairwise accuracy over rollouts, step accuracy) and scores a correct and a
@@ -89,7 +89,7 @@ def load_model(recipe, tokenizer):
 
 def load_trained(path: str, dtype: str | None = None):
     """A saved reward model (run output dir or checkpoint) -> (model, tokenizer, info)."""
-    from custom_losses.reward_models.data import load_reward_model
+    from rewards.reward_model_scoring import load_reward_model
 
     return load_reward_model(path, dtype)
 
@@ -178,8 +178,8 @@ def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
 
 def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict[str, Any]:
     """The book's evaluation numbers on a tokenized split (every process scores all of it)."""
-    from custom_losses.reward_models.data import rollout_rewards, sequence_rewards, step_probabilities
-    from custom_losses.reward_models.trainers import preference_metrics, rollout_metrics, step_metrics
+    from custom_losses.reward_models.losses import preference_metrics, rollout_metrics, step_metrics
+    from rewards.reward_model_scoring import rollout_rewards, sequence_rewards, step_probabilities
 
     pad_id = tokenizer.pad_token_id
     kind = info["kind"]
@@ -240,7 +240,7 @@ def _merged_for_scoring(recipe, trainer):
 
     from accelerate.utils import is_peft_model
 
-    from custom_losses.reward_models.data import MERGED_SUBDIR
+    from rewards.reward_model_scoring import MERGED_SUBDIR
 
     model = trainer.model
     if not is_peft_model(model):
@@ -306,9 +306,8 @@ def _clip(text: Any, n: int = 160) -> str:
 
 def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None = None) -> list[dict[str, Any]]:
     """A few scored examples: the book's correct-vs-perturbed answer, and held-out rows."""
-    from custom_losses.reward_models.data import (
-        encode_rollout, encode_sequence, encode_steps, rollout_rewards, sequence_rewards, step_probabilities, truncate,
-    )
+    from rewards.reward_model_encoding import encode_rollout, encode_sequence, encode_steps, truncate
+    from rewards.reward_model_scoring import rollout_rewards, sequence_rewards, step_probabilities
 
     kind, pad_id = info["kind"], tokenizer.pad_token_id
     max_length, mode = info.get("max_length"), info.get("truncation_mode", "keep_start")

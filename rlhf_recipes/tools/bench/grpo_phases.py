@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
+    from rlhf_recipes.families.policy_gradient import reward_funcs
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
     from rlhf_recipes.registry import import_object
 
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         model = load_causal_lm(recipe.model)
 
     trainer_class = import_object(recipe.algorithm.trainer_class)
-    trainer = trainer_class(model=model, args=recipe.training, train_dataset=train, processing_class=tokenizer)
+    trainer = trainer_class(model=model, reward_funcs=reward_funcs(recipe.training), args=recipe.training,
+                            train_dataset=train, processing_class=tokenizer)
 
     timers, counts = defaultdict(float), defaultdict(int)
 

@@ -28,7 +28,6 @@ from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
 GiB = M.GiB
 A6000_GIB = 48.0  # an RTX A6000: 48 GB (49140 MiB) of GDDR6
 
-REFERENCE_FREE = {"simpo", "orpo"}  # CPOTrainer keeps none; BookDPOTrainer drops DPOTrainer's copy for orpo
 FULL_LOGITS = {"simpo"}  # TRL's CPOTrainer materializes (T, V) logits; DPO/BookDPO/GRPO use the fused head
 DEFAULT_PROMPT_LENGTH = 256  # policy-gradient prompts (system prompt + question), when the recipe does not bound them
 
@@ -269,7 +268,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         if family == "direct_alignment" and not getattr(training, "precompute_ref_log_probs", False):
             notes.append("reference model kept in memory (use_peft or precompute_ref_log_probs would avoid it)")
     elif family == "direct_alignment":
-        why = ("reference-free loss" if name in REFERENCE_FREE else
+        why = ("reference-free loss" if not algorithm.reference_model else
                "LoRA: the reference is the base model with the adapter disabled" if peft else
                "reference log-probs precomputed before training")
         notes.append(f"no reference model ({why})")
@@ -282,7 +281,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             if isinstance(spec, str) and spec.startswith("rm:"):
                 _add_reward_model(spec[3:], add, notes, getattr(training, "reward_model_dtype", None))
     checkpointing = bool(training.activation_checkpointing)
-    if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo_trainer.py): the value model
+    if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo/trainer.py): the value model
         value_terms, value_notes = value_model_terms(
             recipe, shape, workload, p=p, e=e, launch=launch, policy_peft=peft, checkpointing=checkpointing,
             attention=attention, optim=optim)
@@ -370,11 +369,11 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
 
 
 def _needs_reference(recipe, peft: bool) -> bool:
-    family, name, training = recipe.algorithm.family, recipe.algorithm.name, recipe.training
+    family, training = recipe.algorithm.family, recipe.training
     if peft:
         return False
     if family == "direct_alignment":
-        return name not in REFERENCE_FREE and not getattr(training, "precompute_ref_log_probs", False)
+        return recipe.algorithm.reference_model and not getattr(training, "precompute_ref_log_probs", False)
     if family == "policy_gradient":
         return getattr(training, "beta", 0.0) != 0.0
     return False
@@ -394,7 +393,7 @@ def _add_reward_model(path: str, add, notes: list[str], dtype: str | None = None
 def value_model_terms(recipe, shape: ModelShape, workload: Workload, p: int, e: int, launch: Launch,
                       policy_peft: bool, checkpointing: bool, attention: str,
                       optim: str) -> tuple[list[M.Term], list[str]]:
-    """PPO's value model (custom_losses/ppo_trainer.py, custom_losses/value_model.py).
+    """PPO's value model (custom_losses/ppo/trainer.py, custom_losses/ppo/value_model.py).
 
     separate (the book): a full copy of the policy's backbone with Linear(h, 1) instead of the LM
       head, loaded in the policy's dtype (never quantized), with its own optimizer (the policy's

@@ -1,0 +1,28 @@
+"""BookDPOConfig: DPOConfig plus the choice of one of the book's direct-alignment losses (losses.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import DPOConfig
+
+from custom_losses.direct_alignment.losses import BOOK_LOSSES
+
+
+@dataclass
+class BookDPOConfig(DPOConfig):
+    """DPOConfig plus the book's losses that TRL does not compute the same way."""
+
+    book_loss: str = field(
+        default="dpo",
+        metadata={"help": f"Which book loss to use: {', '.join(BOOK_LOSSES)}. Replaces `loss_type`."},
+    )
+    desirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the chosen (desirable) term."})
+    undesirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the rejected term."})
+
+    def __post_init__(self):
+        if self.book_loss not in BOOK_LOSSES:
+            raise ValueError(f"book_loss must be one of {BOOK_LOSSES}, got {self.book_loss!r}")
+        if self.book_loss == "cdpo" and not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"cdpo needs 0 <= label_smoothing < 0.5, got {self.label_smoothing}")
+        super().__post_init__()

@@ -1,0 +1,95 @@
+"""BookDPOTrainer: DPOTrainer whose loss is one of the book's functions (losses.py).
+
+It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
+support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO)
+runs with `reference_free=True`: the trainer then keeps no reference copy and computes no
+reference log-probs. Which algorithms are reference-free is the registry's fact
+(rlhf_recipes/registry.py, `reference_model`); the family passes it in.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl import DPOTrainer
+
+from custom_losses.direct_alignment.losses import cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss
+
+
+class BookDPOTrainer(DPOTrainer):
+    """DPOTrainer whose loss is one of the book's functions (losses.py).
+
+    Everything but the loss (tokenisation, collation, reference model or PEFT adapter
+    disabling, precomputed reference log-probs, logging) is DPOTrainer's. With
+    `reference_free`, the loss reads the policy's log-probs alone: the reference copy
+    DPOTrainer made is dropped and no reference log-probs are computed.
+    """
+
+    _NON_MODEL_KEYS = frozenset({"completion_mask", "ref_chosen_logps", "ref_rejected_logps"})
+
+    def __init__(self, *args, reference_free: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reference_free = reference_free
+        if reference_free != (self.args.book_loss == "orpo"):
+            raise ValueError(
+                f"book_loss {self.args.book_loss!r} with reference_free={reference_free}: ORPO is the one book loss "
+                "without a reference model (reference_free=True); the others compare against one (False)"
+            )
+        if reference_free:
+            self.ref_model = None  # never queried; free the copy DPOTrainer made
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        if return_outputs:
+            raise NotImplementedError("BookDPOTrainer does not return logits")
+        mode = "train" if self.model.training else "eval"
+        loss_name, beta = self.args.book_loss, self.beta
+
+        model_kwargs = {k: v for k, v in inputs.items() if k not in self._NON_MODEL_KEYS}
+        model_kwargs["use_cache"] = False
+        completion_mask = inputs["completion_mask"]
+        labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+        outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+        mask = completion_mask[..., 1:].to(outputs.log_probs.dtype)
+        per_token_logps = outputs.log_probs[:, -mask.size(1):] * mask
+        lengths = mask.sum(dim=1).clamp(min=1)
+        logps = per_token_logps.sum(dim=1)
+        chosen_logps, rejected_logps = logps.chunk(2, dim=0)
+        chosen_len, rejected_len = lengths.chunk(2, dim=0)
+
+        metrics: dict[str, torch.Tensor] = {}
+        if self.reference_free:  # orpo
+            avg_c, avg_r = chosen_logps / chosen_len, rejected_logps / rejected_len
+            per_pair, log_odds = orpo_loss(avg_c, avg_r, chosen_nll=-avg_c, beta=beta)
+            loss = per_pair.mean()
+            # The book logs ORPO's "rewards" as beta x averaged log-probs.
+            chosen_rewards, rejected_rewards = beta * avg_c.detach(), beta * avg_r.detach()
+            metrics["nll_loss"] = (-avg_c).detach().mean()
+            metrics["log_odds_chosen"] = log_odds.detach().mean()
+        else:
+            if self.precompute_ref_logps:
+                ref_c, ref_r = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
+            else:
+                ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
+            lr_c, lr_r = chosen_logps - ref_c, rejected_logps - ref_r
+            if loss_name == "dpo":
+                loss = dpo_loss(lr_c, lr_r, beta).mean()
+            elif loss_name == "cdpo":
+                loss = cdpo_loss(lr_c, lr_r, beta, self.args.label_smoothing).mean()
+            elif loss_name == "ipo":
+                loss = ipo_loss(lr_c, lr_r, beta).mean()
+            else:  # kto
+                loss, kl = kto_loss(lr_c, lr_r, beta, self.args.desirable_weight, self.args.undesirable_weight)
+                metrics["kl"] = kl
+            chosen_rewards, rejected_rewards = beta * lr_c.detach(), beta * lr_r.detach()
+
+        gather = self.accelerator.gather
+        self._metrics[mode]["rewards/chosen"].append(gather(chosen_rewards).mean().item())
+        self._metrics[mode]["rewards/rejected"].append(gather(rejected_rewards).mean().item())
+        self._metrics[mode]["rewards/margins"].append(gather(chosen_rewards - rejected_rewards).mean().item())
+        self._metrics[mode]["rewards/accuracies"].append(
+            gather((chosen_rewards > rejected_rewards).float()).mean().item()
+        )
+        self._metrics[mode]["logps/chosen"].append(gather(chosen_logps.detach()).mean().item())
+        self._metrics[mode]["logps/rejected"].append(gather(rejected_logps.detach()).mean().item())
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(gather(value.reshape(1)).mean().item())
+        return loss

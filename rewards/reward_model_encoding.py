@@ -1,0 +1,101 @@
+"""How a reward model reads its input: the text layout of each kind, as token ids.
+
+One place for the layout, shared by training (custom_losses/reward_models/data.py), evaluation
+and the reward function that scores a policy's completions (rewards/reward_model.py), so a
+trained RM is always read the way it was trained:
+  preference  the whole conversation, prompt + response, through the tokenizer's chat
+              template; the reward is the head at the last non-pad token;
+  outcome     chat-templated prompt with the generation prompt, then the completion text and
+              EOS (what a policy emitted); the completion tokens are scored;
+  process     `prompt_template` with the problem, then each step + separator; the last token
+              of each separator carries that step's label.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_PROMPT_TEMPLATE = "Problem: {problem}\nReasoning trace:\n"  # the book's PRM prompt
+DEFAULT_STEP_SEPARATOR = "\n<step>\n"  # the book's PRM step separator
+
+
+def is_messages(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def _as_messages(value: Any, role: str) -> list[dict[str, str]]:
+    return value if is_messages(value) else [{"role": role, "content": value}]
+
+
+def chat_ids(tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> list[int]:
+    out = tokenizer.apply_chat_template(
+        messages, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=True
+    )
+    return list(out["input_ids"])
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_sequence(tokenizer, prompt: Any, completion: Any) -> list[int]:
+    """Preference RM input: the whole conversation (chat template when the tokenizer has one)."""
+    if tokenizer.chat_template is not None:
+        prompt = [] if prompt is None or prompt == "" else _as_messages(prompt, "user")
+        return chat_ids(tokenizer, prompt + _as_messages(completion, "assistant"))
+    if is_messages(prompt) or is_messages(completion):
+        raise ValueError("conversational data needs a tokenizer with a chat template")
+    ids = text_ids(tokenizer, (prompt or "") + completion)
+    return ids if ids and ids[-1] == tokenizer.eos_token_id else ids + [tokenizer.eos_token_id]
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as text: a string, or the contents of its (assistant) messages."""
+    if isinstance(completion, str):
+        return completion
+    if is_messages(completion):
+        return "".join(m.get("content") or "" for m in completion)
+    raise ValueError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
+
+
+def prompt_ids(tokenizer, prompt: Any) -> list[int]:
+    """Outcome RM prompt: chat template with the generation prompt, as the policy saw it."""
+    if tokenizer.chat_template is not None:
+        return chat_ids(tokenizer, _as_messages(prompt, "user"), add_generation_prompt=True)
+    if is_messages(prompt):
+        raise ValueError("conversational data needs a tokenizer with a chat template")
+    return text_ids(tokenizer, prompt)
+
+
+def encode_rollout(tokenizer, prompt: Any, completion: Any,
+                   prompt_cache: list[int] | None = None) -> tuple[list[int], int]:
+    """Outcome RM input: (prompt ids + completion ids + EOS, index of the first completion token)."""
+    p = prompt_cache if prompt_cache is not None else prompt_ids(tokenizer, prompt)
+    c = text_ids(tokenizer, completion_text(completion)) + [tokenizer.eos_token_id]
+    return list(p) + c, len(p)
+
+
+def encode_steps(tokenizer, problem: str, steps: list[str], prompt_template: str,
+                 separator: str) -> tuple[list[int], list[int]]:
+    """Process RM input: (ids, position of the last token of each step's separator)."""
+    ids = text_ids(tokenizer, prompt_template.format(problem=problem))
+    positions = []
+    for step in steps:
+        ids += text_ids(tokenizer, step.strip() + separator)
+        positions.append(len(ids) - 1)
+    return ids, positions
+
+
+def split_steps(text: str, separator: str) -> list[str]:
+    """A completion's steps: split on the separator when it is there, else on blank lines."""
+    for sep in (separator, "\n\n"):
+        if sep in text:
+            parts = [p.strip() for p in text.split(sep)]
+            return [p for p in parts if p]
+    return [text.strip()] if text.strip() else []
+
+
+def truncate(ids: list[int], max_length: int | None, mode: str) -> list[int]:
+    if max_length is None or len(ids) <= max_length:
+        return ids
+    return ids[:max_length] if mode == "keep_start" else ids[len(ids) - max_length:]
