@@ -20,7 +20,8 @@ import math
 import re
 from typing import Any
 
-from rlhf_recipes.data.sources import FIXTURES, DataError
+from rlhf_recipes.data.base import DataError
+from rlhf_recipes.data.sources import FIXTURES
 from rlhf_recipes.registry import import_object
 
 logger = logging.getLogger(__name__)
