@@ -102,16 +102,6 @@ class RecipeArgs:
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 
 
-def recipe_fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(RecipeArgs)}
-
-
-def model_fields() -> dict[str, dataclasses.Field]:
-    from trl import ModelConfig
-
-    return {f.name: f for f in dataclasses.fields(ModelConfig)}
-
-
 @dataclass
 class Recipe:
     """A recipe resolved for one run: the three typed configs plus where they came from."""

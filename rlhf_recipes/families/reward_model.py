@@ -88,13 +88,6 @@ def load_model(recipe, tokenizer):
     return model
 
 
-def load_trained(path: str, dtype: str | None = None):
-    """A saved reward model (run output dir or checkpoint) -> (model, tokenizer, info)."""
-    from custom_losses.reward_models.data import load_reward_model
-
-    return load_reward_model(path, dtype)
-
-
 # --------------------------------------------------------------------------------------
 # Data
 
@@ -208,7 +201,9 @@ def evaluate_saved(path: str, recipe, split: str = "eval", batch_size: int = 8, 
 
     from rlhf_recipes.data import load_splits
 
-    model, tokenizer, info = load_trained(path, dtype)
+    from custom_losses.reward_models.data import load_reward_model
+
+    model, tokenizer, info = load_reward_model(path, dtype)
     if info["kind"] != _kind(recipe):
         raise ValueError(f"{path} is a {info['kind']} reward model but {recipe.source} trains a {_kind(recipe)} "
                          f"one (algorithm {recipe.algorithm.name}); pass the recipe it was trained with")
