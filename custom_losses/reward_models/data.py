@@ -22,6 +22,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from rewards.text import completion_text
+
 STEP_RATINGS = (-1, 0, 1)
 STEP_CLASS_NAMES = ("bad", "neutral", "good")  # class index = rating + 1
 IGNORE_INDEX = -100
@@ -78,15 +80,6 @@ def encode_sequence(tokenizer, prompt: Any, completion: Any) -> list[int]:
         raise ValueError("conversational data needs a tokenizer with a chat template")
     ids = text_ids(tokenizer, (prompt or "") + completion)
     return ids if ids and ids[-1] == tokenizer.eos_token_id else ids + [tokenizer.eos_token_id]
-
-
-def completion_text(completion: Any) -> str:
-    """A completion as text: a string, or the contents of its (assistant) messages."""
-    if isinstance(completion, str):
-        return completion
-    if is_messages(completion):
-        return "".join(m.get("content") or "" for m in completion)
-    raise ValueError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
 
 
 def prompt_ids(tokenizer, prompt: Any) -> list[int]:

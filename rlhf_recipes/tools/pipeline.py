@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import RECIPES_DIR, REPO_ROOT, recipe_path
+from rlhf_recipes.tools.json_safe import json_safe
 
 logger = logging.getLogger(__name__)
 
@@ -476,20 +477,9 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
         "methods": rows, "samples": samples, "train_wall_seconds": walls,
         "runs": {"rm": str(rm_out), **{m: str(p) for m, p in runs.items()}},
     }
-    (out / "pipeline_results.json").write_text(json.dumps(_clean(results), indent=2, default=str) + "\n")
+    (out / "pipeline_results.json").write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
     (out / "pipeline_table.txt").write_text(table + "\n")
     plot(rows, runs, reward_name(str(rm_out)), out / "pipeline.png",
          f"{pipeline.name}: reward model, then PPO / GRPO against it, DPO on the pairs")
     print(table)
     return results
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and inf become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
