@@ -239,7 +239,7 @@ def _nothing_in_common(runs: list[LocalRun], aligned: AlignedReference, metrics:
         f"{', '.join(aligned.metrics) or 'nothing'}; your run(s) log: {', '.join(ours)}"
         + (f"; --metrics asked for: {', '.join(metrics)}" if metrics else "")
         + ". If a reward function is named differently, fix REWARD_FUNCTION_NAMES in "
-        "rlhf_recipes/compare/references.py."
+        "rlhf_recipes/book_logs.py."
     )
 
 
