@@ -432,13 +432,13 @@ def test_planning_the_tiny_profile_uses_its_fp32_not_the_recipes_bf16():
 
 
 def _recorded_gpu_rows():
-    path = ROOT / "rlhf_recipes" / "planner" / "gpu_measurements.json"
+    path = ROOT / "rlhf_recipes" / "tools" / "planner" / "gpu_measurements.json"
     return json.loads(path.read_text())["rows"]
 
 
 @pytest.mark.parametrize("row", _recorded_gpu_rows(), ids=lambda r: f"{r['algorithm']}-{r['model']}-lora={r['lora']}")
 def test_planner_against_recorded_gpu_peaks(row):
-    """Peaks measured on an H100 by `rlhf-recipes bench` (rlhf_recipes/planner/gpu_measurements.json), planned
+    """Peaks measured on an H100 by `rlhf-recipes bench` (rlhf_recipes/tools/planner/gpu_measurements.json), planned
     again here from the architecture's shipped shape and the row's micro-batch alone: a planner change that
     drifts from real CUDA allocations fails on CPU too."""
     plan = bench.replan(row)
