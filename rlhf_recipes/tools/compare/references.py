@@ -26,6 +26,7 @@ __all__ = [
 
 Family = Literal["policy_gradient", "direct_alignment", "reward_model", "sft"]
 
+
 @dataclass(frozen=True)
 class ReferenceSpec:
     """One algorithm of the book: its published run (if any) and what shapes its logs."""
@@ -62,6 +63,7 @@ def optimizer_steps_per_rollout(prompts: int, rollouts_per_prompt: int) -> int:
 
 
 def _spec(entry) -> ReferenceSpec:
+    """A registry entry (Algorithm or BookOnly) as compare sees it: the first of its book runs."""
     shape = entry.book_shape
     return ReferenceSpec(
         entry.name,
