@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewards.text import completion_text
+
 DEFAULT_PROMPT_TEMPLATE = "Problem: {problem}\nReasoning trace:\n"  # the book's PRM prompt
 DEFAULT_STEP_SEPARATOR = "\n<step>\n"  # the book's PRM step separator
 
@@ -47,15 +49,6 @@ def encode_sequence(tokenizer, prompt: Any, completion: Any) -> list[int]:
         raise ValueError("conversational data needs a tokenizer with a chat template")
     ids = text_ids(tokenizer, (prompt or "") + completion)
     return ids if ids and ids[-1] == tokenizer.eos_token_id else ids + [tokenizer.eos_token_id]
-
-
-def completion_text(completion: Any) -> str:
-    """A completion as text: a string, or the contents of its (assistant) messages."""
-    if isinstance(completion, str):
-        return completion
-    if is_messages(completion):
-        return "".join(m.get("content") or "" for m in completion)
-    raise ValueError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
 
 
 def prompt_ids(tokenizer, prompt: Any) -> list[int]:

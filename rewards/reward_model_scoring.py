@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rewards.text import completion_text
 from rewards.reward_model_encoding import (
-    DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, completion_text, encode_rollout, encode_sequence, encode_steps,
+    DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, encode_rollout, encode_sequence, encode_steps,
     is_messages, split_steps, truncate,
 )
 

@@ -102,16 +102,6 @@ class RecipeArgs:
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 
 
-def recipe_fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(RecipeArgs)}
-
-
-def model_fields() -> dict[str, dataclasses.Field]:
-    from trl import ModelConfig
-
-    return {f.name: f for f in dataclasses.fields(ModelConfig)}
-
-
 @dataclass
 class Recipe:
     """A recipe resolved for one run: the three typed configs plus where they came from."""
@@ -367,7 +357,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     if profile == "tiny":
         already_resolved = data.get("resolved_from") is not None
         family_overlay = {} if already_resolved else {
-            **TINY_COMMON, **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
+            **TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
         device = tiny_device_settings()
         overlay = {**family_overlay, **device}
         overlay.setdefault("output_dir", default_output_dir(path, profile))
@@ -402,8 +392,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
         typed["model"]["lora_target_modules"] = ["all-linear"]
 
     # Effective batch is the recipe's meaning; accumulation follows from the world size.
-    derive = getattr(family, "derive_batch", derive_gradient_accumulation)
-    derive(typed, origin, world_size)
+    family.derive_batch(typed, origin, world_size)
 
     args = _construct(RecipeArgs, typed["recipe"], path)
     model = _construct(ModelConfig, typed["model"], path)
@@ -438,14 +427,24 @@ def tiny_device_settings() -> dict[str, Any]:
     return {"ddp_backend": "gloo", "use_cpu": not deepspeed}
 
 
-def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
-    """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch."""
+def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int,
+                                 indivisible: str | None = None) -> None:
+    """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch.
+
+    `indivisible` words the error when the effective batch does not split (a family's own wording): a format
+    string with the fields where, effective, per_device, world_size, per_step, micro_batches (effective /
+    per_device).
+    """
     effective = typed["recipe"].get("effective_batch_size")
     if effective is None:
         return
     per_device = typed["training"].get("per_device_train_batch_size", 8)
     per_step = per_device * world_size
     if effective % per_step:
+        if indivisible is not None:
+            raise RecipeError(indivisible.format(
+                where=origin["effective_batch_size"], effective=effective, per_device=per_device,
+                world_size=world_size, per_step=per_step, micro_batches=effective // per_device))
         raise RecipeError(
             f"{origin['effective_batch_size']}: effective_batch_size {effective} is not divisible by "
             f"per_device_train_batch_size {per_device} x {world_size} processes = {per_step}. "

@@ -1,11 +1,14 @@
-"""The one place that knows algorithm names.
+"""The one place that knows algorithm names, and every fact about each algorithm.
 
 Each entry says which TRL config class and trainer class run the algorithm (TRL's own where
 it computes the book's math exactly, ours in custom_losses/ where it does not), which
-family builds its data and trainer (rlhf_recipes/families/<family>.py), and the values
-that make it this algorithm rather than its neighbour (`defaults`, applied before the
-recipe's own values). Classes are named by import path so that validating a recipe
-does not import every trainer.
+family builds its data and trainer (rlhf_recipes/families/<family>.py), the values that
+make it this algorithm rather than its neighbour (`defaults`, applied before the recipe's
+own values), what its memory plan needs to know (a reference model or not, full logits),
+and what the book published for it: run ids (wandb project rlhf-book/core), the batch shape
+that defines the book's x-axis and rescalings, and how the book's metrics map onto ours
+(rlhf_recipes/book_logs.py). Tools ask here; none keeps its own table of algorithms.
+Classes are named by import path so that validating a recipe does not import every trainer.
 
 Adding an algorithm: one entry here + one recipes/<name>.yaml (+ a loss function and a
 trainer subclass in custom_losses/ when TRL lacks it).
@@ -15,8 +18,22 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, sft_metrics
+
+if TYPE_CHECKING:
+    from rlhf_recipes.families.base import Family
+
+
+@dataclass(frozen=True)
+class BookShape:
+    """The batch shape of the book's run of an algorithm: what the book's x-axis and rescalings depend on."""
+
+    prompts_per_rollout: int | None = None  # policy gradients: prompts in one rollout batch ...
+    rollouts_per_prompt: int | None = None  # ... x completions per prompt
+    accumulation_steps: int | None = None  # direct alignment: the book logs grad_norm / accumulation
+    beta: float | None = None  # direct alignment
 
 
 @dataclass(frozen=True)
@@ -30,7 +47,24 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
-    reference_model: bool = True  # False: the loss needs no frozen reference (the trainer keeps none)
+    reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
+    materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
+    aliases: tuple[str, ...] = ()  # other spellings users and tools may use
+    book_runs: tuple[str, ...] = ()  # the book's published wandb run ids (project rlhf-book/core)
+    book_shape: BookShape = BookShape()
+    book_metrics: tuple[MetricMap, ...] = ()  # the book's metric names -> ours, with scales
+
+
+@dataclass(frozen=True)
+class BookOnly:
+    """A run the book publishes that no recipe here trains (e.g. its SFT starting point): only for comparing."""
+
+    name: str
+    family: str
+    book_runs: tuple[str, ...] = ()
+    book_shape: BookShape = BookShape()
+    book_metrics: tuple[MetricMap, ...] = ()
+    aliases: tuple[str, ...] = ()
 
 
 def import_object(path: str) -> Any:
@@ -38,189 +72,222 @@ def import_object(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def family_of(algorithm: Algorithm) -> ModuleType:
-    return importlib.import_module(f"rlhf_recipes.families.{algorithm.family}")
+def family_of(algorithm: Algorithm) -> Family:
+    """The family object (rlhf_recipes/families/<family>.py `FAMILY`), imported on first use."""
+    return importlib.import_module(f"rlhf_recipes.families.{algorithm.family}").FAMILY
 
 
+# --- Class paths: each trainer's written once ----------------------------------------------
+_TRL_DPO = dict(config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer")
+_TRL_CPO = dict(config_class="trl.experimental.cpo:CPOConfig", trainer_class="trl.experimental.cpo:CPOTrainer")
+_BOOK_DPO = dict(config_class="custom_losses.direct_alignment.config:BookDPOConfig",
+                 trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer")
+_BOOK_GRPO = dict(config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
+                  trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer")
+_PPO = dict(config_class="custom_losses.ppo.config:PPOConfig", trainer_class="custom_losses.ppo.trainer:PPOTrainer")
+_PREFERENCE_RM = dict(config_class="custom_losses.reward_models.config:PreferenceRMConfig",
+                      trainer_class="trl:RewardTrainer")
+_OUTCOME_RM = dict(config_class="custom_losses.reward_models.config:OutcomeRMConfig",
+                   trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer")
+_PROCESS_RM = dict(config_class="custom_losses.reward_models.config:ProcessRMConfig",
+                   trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer")
+
+# --- What a family's entries share ---------------------------------------------------------
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
-_BOOK_DPO = dict(
-    family="direct_alignment",
-    config_class="custom_losses.direct_alignment.config:BookDPOConfig",
-    trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer",
-    key_metrics=_DPO_METRICS,
-)
+
+
+def _direct_alignment(classes: dict[str, str], accumulation: int = 8, beta: float = 0.1,
+                      margins_times_beta: bool = False, extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 8. The book publishes no direct-alignment run: its batch 8 x accumulation 8, beta 0.1 unless
+    stated, serve --reference-csv exports of runs a user made with the book's code."""
+    return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
+                book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
+                book_metrics=da_metrics(accumulation, beta, margins_times_beta))
+
+
+def _policy_gradient(run: str, prompts: int = 4, rollouts: int = 8, classes: dict[str, str] = _BOOK_GRPO,
+                     key_metrics: tuple[str, ...] | None = None, middle: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 6: the book's run `run` (rlhf-book/core) of `prompts` x `rollouts` completions per rollout batch.
+    Key metrics: reward, correctness, `middle`, completion length, grad_norm (unless given whole)."""
+    if key_metrics is None:
+        key_metrics = ("reward", "rewards/correctness_reward/mean", *middle, "completions/mean_length", "grad_norm")
+    return dict(family="policy_gradient", chapter="6", **classes, key_metrics=key_metrics, book_runs=(run,),
+                book_shape=BookShape(prompts_per_rollout=prompts, rollouts_per_prompt=rollouts),
+                book_metrics=pg_metrics())
+
+
+def _reward_model(classes: dict[str, str], run: str, key_metrics: tuple[str, ...]) -> dict[str, Any]:
+    """Chapter 5: the book's run `run` (rlhf-book/core)."""
+    return dict(family="reward_model", chapter="5", **classes, key_metrics=key_metrics, book_runs=(run,),
+                book_metrics=rm_metrics())
+
+
+_FORMAT = "rewards/format_reward/mean"
+_CONTRAST = "health/groups_with_contrast"
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", family="direct_alignment", config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer",
-            paper="Rafailov et al. 2023, Direct Preference Optimization", chapter="8",
-            defaults={"loss_type": ["sigmoid"]}, key_metrics=_DPO_METRICS,
+            "dpo", **_direct_alignment(_TRL_DPO), paper="Rafailov et al. 2023, Direct Preference Optimization",
+            defaults={"loss_type": ["sigmoid"]},
         ),
         Algorithm(
-            "cdpo", **_BOOK_DPO, paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
-            chapter="8", defaults={"book_loss": "cdpo", "label_smoothing": 0.1},
+            "cdpo", **_direct_alignment(_BOOK_DPO, accumulation=4),
+            paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
+            defaults={"book_loss": "cdpo", "label_smoothing": 0.1},
         ),
         Algorithm(
-            "dpo_norm", family="direct_alignment", config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer",
-            paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios", chapter="8",
-            defaults={"loss_type": ["sigmoid_norm"]}, key_metrics=_DPO_METRICS,
+            "dpo_norm", **_direct_alignment(_TRL_DPO, beta=2.0),
+            paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
+            defaults={"loss_type": ["sigmoid_norm"]}, aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_BOOK_DPO, paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)", chapter="8",
+            "ipo", **_direct_alignment(_BOOK_DPO), paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
             defaults={"book_loss": "ipo"},
         ),
         Algorithm(
-            "simpo", family="direct_alignment", config_class="trl.experimental.cpo:CPOConfig",
-            trainer_class="trl.experimental.cpo:CPOTrainer",
-            paper="Meng et al. 2024, SimPO: Simple Preference Optimization", chapter="8",
-            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, key_metrics=_DPO_METRICS, reference_model=False,
+            # TRL's CPOTrainer: no reference model; it materializes (T, V) logits (DPO/BookDPO/GRPO use the
+            # fused head); its rewards/margins are beta * (avg_c - avg_r), the book logs avg_c - avg_r.
+            "simpo", **_direct_alignment(_TRL_CPO, beta=2.0, margins_times_beta=True),
+            paper="Meng et al. 2024, SimPO: Simple Preference Optimization",
+            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, reference_model=False, materializes_full_logits=True,
         ),
         Algorithm(
-            "orpo", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("nll_loss", "log_odds_chosen")},
-            paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", chapter="8",
+            # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
+            "orpo", **_direct_alignment(_BOOK_DPO, extra_metrics=("nll_loss", "log_odds_chosen")),
+            paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization",
             defaults={"book_loss": "orpo"}, reference_model=False,
         ),
         Algorithm(
-            "kto", **{**_BOOK_DPO, "key_metrics": _DPO_METRICS + ("kl",)},
-            paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization", chapter="8",
+            "kto", **_direct_alignment(_BOOK_DPO, extra_metrics=("kl",)),
+            paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization",
             defaults={"book_loss": "kto"},
         ),
         Algorithm(
-            "apo_zero", family="direct_alignment", config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer",
-            paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)", chapter="8",
-            defaults={"loss_type": ["apo_zero"]}, key_metrics=_DPO_METRICS,
+            "apo_zero", **_direct_alignment(_TRL_DPO),
+            paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
+            defaults={"loss_type": ["apo_zero"]},
         ),
         Algorithm(
-            "apo_down", family="direct_alignment", config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer",
-            paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)", chapter="8",
-            defaults={"loss_type": ["apo_down"]}, key_metrics=_DPO_METRICS,
+            "apo_down", **_direct_alignment(_TRL_DPO),
+            paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
+            defaults={"loss_type": ["apo_down"]},
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
-        # One config and trainer (custom_losses/policy_gradient/) for all ten; `defaults` are
+        # One config and trainer (custom_losses/policy_gradient/) for all nine but PPO; `defaults` are
         # what makes each algorithm itself. Every entry: the book's seq-mean aggregation
         # (loss_type grpo) unless stated, log-probs at temperature 1, z-score eps 1e-8.
         Algorithm(
-            "reinforce", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)", chapter="6",
+            "reinforce", **_policy_gradient("0uqbq4oz", prompts=8, rollouts=1, middle=(_FORMAT,)),
+            paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "rloo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)", chapter="6",
+            "rloo", **_policy_gradient("07xeasn8", middle=(_FORMAT, _CONTRAST)),
+            paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)",
             defaults={"advantage_estimator": "rloo", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "grpo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)", chapter="6",
+            "grpo", **_policy_gradient("vjp7lgdi", middle=(_FORMAT, _CONTRAST)),
+            paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "drgrpo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
+            "drgrpo", **_policy_gradient("a1swuynq", middle=(_FORMAT, _CONTRAST)),
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO)",
-            chapter="6",
             # TRL's own advantage with scale_rewards none is the book's R - mean; the book keeps
             # GRPO's seq-mean (TRL's loss_type dr_grpo divides by a constant instead).
             defaults={"advantage_estimator": "trl", "scale_rewards": "none", "loss_type": "grpo",
                       "epsilon": 0.2, "epsilon_high": 0.2},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
+            aliases=("dr_grpo",),
         ),
         Algorithm(
-            "gspo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Zheng et al. 2025, Group Sequence Policy Optimization", chapter="6",
+            "gspo", **_policy_gradient("10sxytli", middle=(_FORMAT, _CONTRAST)),
+            paper="Zheng et al. 2025, Group Sequence Policy Optimization",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "sequence",
                       "epsilon": 0.2, "epsilon_high": 0.2},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "cispo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)", chapter="6",
+            "cispo", **_policy_gradient("6dg0m06n", middle=(_FORMAT, "cispo_clip_ratio")),
+            paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)",
             defaults={"advantage_estimator": "zscore", "book_objective": "cispo", "loss_type": "grpo",
                       "epsilon": 0.2, "epsilon_high": 0.4},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "cispo_clip_ratio", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "sapo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)", chapter="6",
+            "sapo", **_policy_gradient("79608nwk", middle=(_FORMAT, _CONTRAST)),
+            paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)",
             defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
                       "sapo_temperature_neg": 1.05},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "dapo", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale", chapter="6",
+            "dapo", **_policy_gradient("db1pipip", middle=("rewards/overlong_penalty_reward/mean",
+                                                           "dynamic_sampling/kept_groups_first_round")),
+            paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
             # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
             # over the whole accumulated batch instead).
             defaults={"advantage_estimator": "zscore", "loss_type": "bnpo", "epsilon": 0.2, "epsilon_high": 0.28,
                       "dynamic_sampling": True},
             tiny={"max_refill_rounds": 1},  # a random tiny model is never correct: one refill round, then filler
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/overlong_penalty_reward/mean",
-                         "dynamic_sampling/kept_groups_first_round", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "maxrl", family="policy_gradient", config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
-            trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer",
-            paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)", chapter="6",
+            "maxrl", **_policy_gradient("fdowf1se", middle=("rewards/binary_reward/mean", _CONTRAST)),
+            paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
                       "book_objective": "policy_gradient", "loss_type": "grpo"},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "rewards/binary_reward/mean",
-                         "health/groups_with_contrast", "completions/mean_length", "grad_norm"),
         ),
         Algorithm(
-            "ppo", family="policy_gradient", config_class="custom_losses.ppo.config:PPOConfig",
-            trainer_class="custom_losses.ppo.trainer:PPOTrainer",
+            "ppo", **_policy_gradient(
+                "ku3r3g9j", prompts=16, rollouts=1, classes=_PPO,
+                key_metrics=("reward", "rewards/correctness_reward/mean", "value_loss", "policy_loss",
+                             "value/explained_variance", "grad_norm")),
             paper="Schulman et al. 2017, Proximal Policy Optimization Algorithms; Schulman et al. 2016 (GAE); "
-                  "Ouyang et al. 2022 (InstructGPT)", chapter="6",
+                  "Ouyang et al. 2022 (InstructGPT)",
             # A value model (a copy of the policy with a Linear(hidden, 1) head), GAE (gamma 1.0, lambda 0.98,
             # no whitening), grpo's clipped term + 0.5 x clipped value loss (0.4), seq-mean of the sum;
             # KL (beta 0) in the reward. Book run ku3r3g9j.
             defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
                       "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
-            key_metrics=("reward", "rewards/correctness_reward/mean", "value_loss", "policy_loss",
-                         "value/explained_variance", "grad_norm"),
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
-            "preference_rm", family="reward_model", config_class="custom_losses.reward_models.config:PreferenceRMConfig",
-            trainer_class="trl:RewardTrainer",
+            "preference_rm", **_reward_model(_PREFERENCE_RM, "1g3y9bcc",
+                                             ("accuracy", "margin", "eval_accuracy", "eval_margin")),
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
-            chapter="5", key_metrics=("accuracy", "margin", "eval_accuracy", "eval_margin"),
+            aliases=("reward", "reward_model", "rm", "bradley_terry", "bt_rm"),
         ),
         Algorithm(
-            "orm", family="reward_model", config_class="custom_losses.reward_models.config:OutcomeRMConfig",
-            trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer",
+            "orm", **_reward_model(_OUTCOME_RM, "3gkoqb7f",
+                                   ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy")),
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
-            chapter="5", key_metrics=("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"),
         ),
         Algorithm(
-            "prm", family="reward_model", config_class="custom_losses.reward_models.config:ProcessRMConfig",
-            trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer",
+            "prm", **_reward_model(_PROCESS_RM, "iv4d966d", ("step_accuracy", "eval_step_accuracy")),
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
-            chapter="5", key_metrics=("step_accuracy", "eval_step_accuracy"),
         ),
     ]
 }
+
+# Published by the book, trained by no recipe here: the reference for comparisons only.
+BOOK_ONLY: dict[str, BookOnly] = {
+    b.name: b for b in [BookOnly("sft", family="sft", book_runs=("nybj8sdx",), book_metrics=sft_metrics())]
+}
+
+
+def book_entries() -> list[Algorithm | BookOnly]:
+    """Every algorithm the book's logs can be compared with: the registry's, then the book-only runs."""
+    return [*ALGORITHMS.values(), *BOOK_ONLY.values()]
+
+
+def canonical_name(name: str) -> str:
+    """An algorithm's registry name from any spelling: case, dashes, or one of its `aliases`."""
+    key = name.strip().lower().replace("-", "_")
+    for entry in book_entries():
+        if key in entry.aliases:
+            return entry.name
+    return key

@@ -33,14 +33,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # Heavy imports only once the recipe is known to be valid.
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.registry import family_of
     from rlhf_recipes.report import plot_curves, write_final_results
 
     family = family_of(recipe.algorithm)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
-    model = family.load_model(recipe, tokenizer) if hasattr(family, "load_model") else load_causal_lm(recipe.model)
+    model = family.load_model(recipe, tokenizer)
     callbacks, interrupt = run_callbacks(output_dir, checkpoint)
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not interrupt.interrupted:
         trainer.save_model(str(output_dir))
-    extra = family.final_results(recipe, trainer) if hasattr(family, "final_results") and not interrupt.interrupted else {}
+    extra = {} if interrupt.interrupted else family.final_results(recipe, trainer)
     if is_main_process():
         write_final_results(recipe, trainer, output_dir, wall, interrupt.interrupted, extra)
         plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")

@@ -436,8 +436,8 @@ def test_reference_of_another_family_is_refused(tmp_path):
 
 
 def test_several_local_runs_in_one_figure_and_table(tmp_path):
-    runs = [write_run(tmp_path / name, name, da_rows(steps, acc, kl=(name == "kto")))
-            for name, steps, acc in (("dpo", 50, 0.8), ("ipo", 50, 0.9), ("kto", 40, 0.7))]
+    runs = [write_run(tmp_path / name, name, da_rows(steps, acc, kl=kl))  # kl: only KTO logs it
+            for name, steps, acc, kl in (("dpo", 50, 0.8, False), ("ipo", 50, 0.9, False), ("kto", 40, 0.7, True))]
     report = compare_local_runs(runs, out_dir=tmp_path / "all")
     assert report.headers == ["metric", "dpo", "ipo", "kto"]
     metrics = [row[0] for row in report.rows]

@@ -9,16 +9,15 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 
 import rewards
 from conftest import launch, losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
-
-PG_RECIPES = ["reinforce", "rloo", "grpo", "drgrpo", "gspo", "cispo", "sapo", "dapo", "maxrl"]
-
 
 
 def rollouts(out: Path) -> list[dict]:
@@ -34,21 +33,63 @@ def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def expected_advantages(algorithm: str, group: list[dict]) -> list[float]:
-    """The book's advantage, recomputed from the stored rewards of one prompt group."""
-    key = "binary_reward" if algorithm == "maxrl" else "reward"
-    values = [r[key] for r in group]
+def _raw(values: list[float]) -> list[float]:
+    return values
+
+
+def _leave_one_out(values: list[float]) -> list[float]:
     k, mean = len(values), sum(values) / len(values)
-    if algorithm == "reinforce":
-        return values
-    if algorithm == "rloo":
-        return [k / (k - 1) * (v - mean) for v in values]
-    if algorithm == "drgrpo":
-        return [v - mean for v in values]
-    if algorithm == "maxrl":
-        return [(v - mean) / mean if mean > 0 else 0.0 for v in values]
+    return [k / (k - 1) * (v - mean) for v in values]
+
+
+def _centered(values: list[float]) -> list[float]:
+    mean = sum(values) / len(values)
+    return [v - mean for v in values]
+
+
+def _zscore(values: list[float]) -> list[float]:
+    k, mean = len(values), sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
     return [(v - mean) / (std + 1e-8) for v in values]
+
+
+def _over_mean(values: list[float]) -> list[float]:
+    mean = sum(values) / len(values)
+    return [(v - mean) / mean if mean > 0 else 0.0 for v in values]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one policy-gradient recipe's tiny run must show."""
+
+    advantage: Callable[[list[float]], list[float]]  # the book's advantage from one prompt group's rewards
+    reward_column: str = "reward"  # the stored reward the advantage is computed from
+    rollout: tuple[int, int] = (4, 8)  # prompts x rollouts per prompt
+    optimizer_steps: int = 4  # per rollout batch
+    groups: bool = True  # logs health/groups_with_contrast (more than one rollout per prompt)
+    only_kept_groups: bool = False  # dynamic sampling: groups that were not kept carry no advantage to check
+    logged: tuple[str, ...] = ()  # metrics of the algorithm's own
+
+
+EXPECTED: dict[str, Expected] = {
+    "reinforce": Expected(_raw, rollout=(8, 1), optimizer_steps=1, groups=False),
+    "rloo": Expected(_leave_one_out),
+    "grpo": Expected(_zscore),
+    "drgrpo": Expected(_centered),
+    "gspo": Expected(_zscore),
+    "cispo": Expected(_zscore),
+    "sapo": Expected(_zscore),
+    "dapo": Expected(_zscore, only_kept_groups=True,
+                     logged=("rewards/overlong_penalty_reward/mean", "dynamic_sampling/refill_rounds")),
+    "maxrl": Expected(_over_mean, reward_column="binary_reward"),
+}
+PG_RECIPES = list(EXPECTED)
+
+
+def expected_advantages(algorithm: str, group: list[dict]) -> list[float]:
+    """The book's advantage, recomputed from the stored rewards of one prompt group."""
+    expected = EXPECTED[algorithm]
+    return expected.advantage([r[expected.reward_column] for r in group])
 
 
 @pytest.mark.parametrize("name", PG_RECIPES)
@@ -57,9 +98,10 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
     results = run_recipe(f"{name}.yaml", out)
     assert results["world_size"] == 1 and results["algorithm"] == name
     assert results["steps"] == 4
+    expected = EXPECTED[name]
     batch = results["rollout_batch"]
-    assert (batch["prompts"], batch["rollouts_per_prompt"]) == ((8, 1) if name == "reinforce" else (4, 8))
-    assert batch["optimizer_steps"] == (1 if name == "reinforce" else 4)
+    assert (batch["prompts"], batch["rollouts_per_prompt"]) == expected.rollout
+    assert batch["optimizer_steps"] == expected.optimizer_steps
     assert results["effective_batch_size"] == 8 and results["per_device_train_batch_size"] == 2
 
     metrics = read_metrics(out)
@@ -68,7 +110,7 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
                 "health/mean_completion_length", "health/truncated_fraction", "health/repetition",
                 "health/nonfinite_loss_skipped"):
         assert key in logged, key
-    if name != "reinforce":
+    if expected.groups:
         assert "health/groups_with_contrast" in logged
     assert all(math.isfinite(r["loss"]) for r in metrics if "loss" in r)
 
@@ -77,12 +119,11 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
     assert rows[0]["prompt"].startswith("Spell this word backward") and rows[0]["completion"] is not None
     assert (out / "samples.jsonl").exists()
     for group in groups(rows).values():
-        if name == "dapo" and not group[0]["kept"]:
+        if expected.only_kept_groups and not group[0]["kept"]:
             continue
         assert [r["advantage"] for r in group] == pytest.approx(expected_advantages(name, group), abs=1e-4)
-    if name == "dapo":
-        assert "rewards/overlong_penalty_reward/mean" in logged
-        assert "dynamic_sampling/refill_rounds" in logged
+    for key in expected.logged:
+        assert key in logged, key
 
 
 

@@ -341,7 +341,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
     """Train a few steps of a tiny recipe under the tracker; plan it with the measured micro-batch shape."""
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
     from rlhf_recipes.registry import family_of
 
@@ -350,7 +350,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
     tokenizer = load_tokenizer(recipe.model)
     train, _ = load_splits(recipe)
     family = family_of(recipe.algorithm)
-    model = family.load_model(recipe, tokenizer) if hasattr(family, "load_model") else load_causal_lm(recipe.model)
+    model = family.load_model(recipe, tokenizer)
     trainer = family.build_trainer(recipe, model, tokenizer, train, None, [])
     shapes = []
 

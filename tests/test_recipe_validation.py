@@ -30,6 +30,22 @@ def test_every_registered_algorithm_has_a_recipe():
     assert set(ALGORITHMS) <= names, f"algorithms without recipes/<name>.yaml: {set(ALGORITHMS) - names}"
 
 
+def test_registry_entries_carry_their_facts():
+    """Each family is an object with every hook; each entry states its class paths and the book's shape."""
+    from rlhf_recipes.families.base import Family
+    from rlhf_recipes.registry import family_of
+
+    for algorithm in ALGORITHMS.values():
+        family = family_of(algorithm)
+        assert isinstance(family, Family) and family.name == algorithm.family
+        assert ":" in algorithm.config_class and ":" in algorithm.trainer_class
+        if algorithm.family == "policy_gradient":  # every one has a published book run of a known shape
+            assert algorithm.book_runs and algorithm.book_shape.prompts_per_rollout, algorithm.name
+        if algorithm.family == "direct_alignment":
+            assert algorithm.book_shape.accumulation_steps and algorithm.book_shape.beta, algorithm.name
+    assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo"}
+
+
 def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "recipe.yaml"
     path.write_text(text)

@@ -87,7 +87,7 @@ def test_qlora_runs_in_every_family(algorithm, tmp_path, _bnb_cpu_training):
 def _build(algorithm: str, tmp_path, *extra: str, peft: bool = True):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.registry import family_of
 
     argv = [f"recipes/{algorithm}.yaml", "--profile", "tiny", "--output_dir", str(tmp_path / algorithm),
@@ -97,7 +97,7 @@ def _build(algorithm: str, tmp_path, *extra: str, peft: bool = True):
     train, _ = load_splits(recipe)
     family = family_of(recipe.algorithm)
     torch.manual_seed(0)
-    model = family.load_model(recipe, tokenizer) if hasattr(family, "load_model") else load_causal_lm(recipe.model)
+    model = family.load_model(recipe, tokenizer)
     trainer = family.build_trainer(recipe, model, tokenizer, train, None, [])
     return recipe, trainer
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.data.sources import DataSource
+from rlhf_recipes.data.base import DataSource
 
 # A prompt that asks for GSM8K's own answer format, as the book's ORM prompt does; use it
 # with `system_prompt:` in a recipe (no book policy-gradient run trains on GSM8K).

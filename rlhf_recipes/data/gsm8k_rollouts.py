@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlhf_recipes.data.sources import DROP, DataSource
+from rlhf_recipes.data.base import DROP, DataSource
 
 
 def normalize(row: dict[str, Any]) -> dict[str, Any]:

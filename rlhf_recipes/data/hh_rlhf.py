@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlhf_recipes.data.sources import DROP, DataSource
+from rlhf_recipes.data.base import DROP, DataSource
 
 _TURN = re.compile(r"\n\n(Human|Assistant): ")
 _ROLES = {"Human": "user", "Assistant": "assistant"}

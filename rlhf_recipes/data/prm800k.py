@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.data.sources import DROP, DataSource
+from rlhf_recipes.data.base import DROP, DataSource
 
 HUMAN_STEP_RATING = 1  # "we allowed labelers to write their own +1 step" (dataset README)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from rlhf_recipes.data.sources import DataError, DataSource
+from rlhf_recipes.data.base import DataError, DataSource
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -10,9 +10,10 @@ dropped and counted; a row that does not fit the schema is an error naming the r
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+
+from rlhf_recipes.data.base import DROP, DataError, DataSource
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -22,24 +23,7 @@ if TYPE_CHECKING:
 FIXTURES = Path(__file__).parent / "fixtures"
 logger = logging.getLogger(__name__)
 
-DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
-
-
-class DataError(ValueError):
-    """Data that does not fit the source's schema; the message names the row and column."""
-
-
-@dataclass(frozen=True)
-class DataSource:
-    name: str
-    hub_id: str | None
-    fixture: str | None  # path under data/fixtures/
-    columns: tuple[str, ...]  # required columns of the source schema
-    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
-    default_split: str = "train"
-    hub_config: str | None = None
-    # Procedural sources (reasoning-gym) build their rows instead of reading a file.
-    generate: Callable[["Recipe"], "Dataset"] | None = None
+__all__ = ["DROP", "DataError", "DataSource", "SOURCES", "load_splits"]
 
 
 def _registry() -> dict[str, DataSource]:

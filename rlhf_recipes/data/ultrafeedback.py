@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.data.sources import DROP, DataSource
+from rlhf_recipes.data.base import DROP, DataSource
 
 
 def _assistant_reply(messages: Any, column: str) -> list[dict[str, str]]:

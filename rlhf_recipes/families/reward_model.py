@@ -10,6 +10,7 @@ the run's log gets the token-length statistics and the count of dropped examples
 of training `final_results` evaluates the model on the held-out split (pairwise accuracy and
 margin, top-1 / pairwise accuracy over rollouts, step accuracy) and scores a correct and a
 perturbed answer (the book's demo); `rlhf-recipes evaluate` does the same for a saved model.
+The family's hooks (`RewardModels`, at the end) override rlhf_recipes/families/base.py's defaults.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import math
 import re
 from typing import Any
 
-from rlhf_recipes.data.sources import FIXTURES, DataError
-from rlhf_recipes.registry import import_object
+from rlhf_recipes.data.base import DataError
+from rlhf_recipes.data.sources import FIXTURES
+from rlhf_recipes.families.base import Family
 
 logger = logging.getLogger(__name__)
 
@@ -55,43 +57,6 @@ def reward_model_info(recipe) -> dict[str, Any]:
     if kind == "process":
         info.update(prompt_template=cfg.prompt_template, step_separator=cfg.step_separator)
     return info
-
-
-# --------------------------------------------------------------------------------------
-# Model
-
-
-def load_model(recipe, tokenizer):
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, set_seed
-
-    from rlhf_recipes.models import model_init_kwargs, resolve_model_path
-
-    kind = _kind(recipe)
-    path = resolve_model_path(recipe.model.model_name_or_path)
-    kwargs = model_init_kwargs(recipe.model)
-    set_seed(recipe.training.seed)  # the new head's initialisation
-    config = AutoConfig.from_pretrained(path, revision=recipe.model.model_revision, num_labels=NUM_LABELS[kind])
-    if kind == "preference":
-        from trl.trainer.reward_trainer import suppress_seqcls_warning
-
-        with suppress_seqcls_warning():
-            model = AutoModelForSequenceClassification.from_pretrained(path, config=config, **kwargs)
-    else:
-        if kind == "process":
-            config.id2label, config.label2id = dict(STEP_LABELS), {v: k for k, v in STEP_LABELS.items()}
-        # The book's head: Linear(hidden, 1) without bias for one output, with bias for three.
-        config.token_classification_bias = kind == "process"
-        model = AutoModelForTokenClassification.from_pretrained(path, config=config, **kwargs)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.config.reward_model = reward_model_info(recipe)
-    return model
-
-
-def load_trained(path: str, dtype: str | None = None):
-    """A saved reward model (run output dir or checkpoint) -> (model, tokenizer, info)."""
-    from rewards.reward_model_scoring import load_reward_model
-
-    return load_reward_model(path, dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -140,39 +105,6 @@ def _log_stats(split: str, stats: dict) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Trainer
-
-
-def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
-    from trl import get_peft_config
-
-    train_set, train_stats = tokenize_split(recipe, tokenizer, train, "train")
-    eval_set, eval_stats = tokenize_split(recipe, tokenizer, eval, "eval") if eval is not None else (None, None)
-    peft_config = get_peft_config(recipe.model)
-    if peft_config is not None:  # a classification task, and the new head trains and is saved with the adapter
-        if str(peft_config.task_type) in ("CAUSAL_LM", "TaskType.CAUSAL_LM"):  # ModelConfig's default
-            peft_config.task_type = "SEQ_CLS" if _kind(recipe) == "preference" else "TOKEN_CLS"
-        peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | {"score"})
-        # The head trains in full; with `all-linear` targets it would also get a LoRA adapter of its own.
-        peft_config.exclude_modules = sorted(set(peft_config.exclude_modules or []) | {"score"})
-        if recipe.model.load_in_4bit and recipe.model.dtype != "bfloat16":
-            from rlhf_recipes.config import RecipeError
-
-            raise RecipeError(
-                f"{recipe.source}: load_in_4bit with dtype {recipe.model.dtype}: TRL casts the trainable head to "
-                "bfloat16, which then mismatches the hidden states. Use `dtype: bfloat16` for QLoRA reward models."
-            )
-    trainer_class = import_object(recipe.algorithm.trainer_class)
-    trainer = trainer_class(
-        model=model, args=recipe.training, train_dataset=train_set, eval_dataset=eval_set,
-        processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
-    )
-    trainer.rm_data_stats = {"train": train_stats, "eval": eval_stats}
-    trainer.rm_eval_rows = eval
-    return trainer
-
-
-# --------------------------------------------------------------------------------------
 # Evaluation
 
 
@@ -207,7 +139,9 @@ def evaluate_saved(path: str, recipe, split: str = "eval", batch_size: int = 8, 
 
     from rlhf_recipes.data import load_splits
 
-    model, tokenizer, info = load_trained(path, dtype)
+    from rewards.reward_model_scoring import load_reward_model
+
+    model, tokenizer, info = load_reward_model(path, dtype)
     if info["kind"] != _kind(recipe):
         raise ValueError(f"{path} is a {info['kind']} reward model but {recipe.source} trains a {_kind(recipe)} "
                          f"one (algorithm {recipe.algorithm.name}); pass the recipe it was trained with")
@@ -256,21 +190,6 @@ def _merged_for_scoring(recipe, trainer):
         merged.save_pretrained(target)
         trainer.processing_class.save_pretrained(target)
     return merged
-
-
-def final_results(recipe, trainer) -> dict[str, Any]:
-    """Evaluation numbers and demo scores for final_results.json."""
-    model = _merged_for_scoring(recipe, trainer)
-    info = getattr(model.config, "reward_model", None) or reward_model_info(recipe)
-    out: dict[str, Any] = {"data": getattr(trainer, "rm_data_stats", None)}
-    batch = recipe.training.per_device_eval_batch_size
-    if trainer.eval_dataset is not None:
-        out["evaluation"] = evaluate(info, model, trainer.processing_class, trainer.eval_dataset, batch)
-    else:
-        logger.warning("no eval split (eval_fraction 0): final_results.json has no evaluation numbers")
-    out["demo"] = demo(info, model, trainer.processing_class, getattr(trainer, "rm_eval_rows", None),
-                       recipe.args.system_prompt)
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -385,3 +304,85 @@ def format_report(results: dict[str, Any]) -> str:
             lines.append(f"  {item['score_worse']:+.4f}  worse:  {item['worse']}")
             lines.append(f"  prefers the better one: {item['prefers_better']}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# The family
+
+
+class RewardModels(Family):
+    name = "reward_model"
+    tiny_overlay = TINY_OVERLAY
+
+    def load_model(self, recipe, tokenizer):
+        from transformers import (
+            AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, set_seed,
+        )
+
+        from rlhf_recipes.models import model_init_kwargs, resolve_model_path
+
+        kind = _kind(recipe)
+        path = resolve_model_path(recipe.model.model_name_or_path)
+        kwargs = model_init_kwargs(recipe.model)
+        set_seed(recipe.training.seed)  # the new head's initialisation
+        config = AutoConfig.from_pretrained(path, revision=recipe.model.model_revision, num_labels=NUM_LABELS[kind])
+        if kind == "preference":
+            from trl.trainer.reward_trainer import suppress_seqcls_warning
+
+            with suppress_seqcls_warning():
+                model = AutoModelForSequenceClassification.from_pretrained(path, config=config, **kwargs)
+        else:
+            if kind == "process":
+                config.id2label, config.label2id = dict(STEP_LABELS), {v: k for k, v in STEP_LABELS.items()}
+            # The book's head: Linear(hidden, 1) without bias for one output, with bias for three.
+            config.token_classification_bias = kind == "process"
+            model = AutoModelForTokenClassification.from_pretrained(path, config=config, **kwargs)
+        model.config.pad_token_id = tokenizer.pad_token_id
+        model.config.reward_model = reward_model_info(recipe)
+        return model
+
+    def peft_config(self, recipe):
+        """LoRA for a classification task: the new head trains in full and is saved with the adapter."""
+        from trl import get_peft_config
+
+        peft_config = get_peft_config(recipe.model)
+        if peft_config is not None:  # a classification task, and the new head trains and is saved with the adapter
+            if str(peft_config.task_type) in ("CAUSAL_LM", "TaskType.CAUSAL_LM"):  # ModelConfig's default
+                peft_config.task_type = "SEQ_CLS" if _kind(recipe) == "preference" else "TOKEN_CLS"
+            peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | {"score"})
+            # The head trains in full; with `all-linear` targets it would also get a LoRA adapter of its own.
+            peft_config.exclude_modules = sorted(set(peft_config.exclude_modules or []) | {"score"})
+            if recipe.model.load_in_4bit and recipe.model.dtype != "bfloat16":
+                from rlhf_recipes.config import RecipeError
+
+                raise RecipeError(
+                    f"{recipe.source}: load_in_4bit with dtype {recipe.model.dtype}: TRL casts the trainable head to "
+                    "bfloat16, which then mismatches the hidden states. Use `dtype: bfloat16` for QLoRA reward models."
+                )
+        return peft_config
+
+    def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
+        """Rows tokenized here, once per run; then the common construction with this family's peft_config."""
+        train_set, train_stats = tokenize_split(recipe, tokenizer, train, "train")
+        eval_set, eval_stats = tokenize_split(recipe, tokenizer, eval, "eval") if eval is not None else (None, None)
+        trainer = super().build_trainer(recipe, model, tokenizer, train_set, eval_set, callbacks)
+        trainer.rm_data_stats = {"train": train_stats, "eval": eval_stats}
+        trainer.rm_eval_rows = eval
+        return trainer
+
+    def final_results(self, recipe, trainer) -> dict[str, Any]:
+        """Evaluation numbers and demo scores for final_results.json."""
+        model = _merged_for_scoring(recipe, trainer)
+        info = getattr(model.config, "reward_model", None) or reward_model_info(recipe)
+        out: dict[str, Any] = {"data": getattr(trainer, "rm_data_stats", None)}
+        batch = recipe.training.per_device_eval_batch_size
+        if trainer.eval_dataset is not None:
+            out["evaluation"] = evaluate(info, model, trainer.processing_class, trainer.eval_dataset, batch)
+        else:
+            logger.warning("no eval split (eval_fraction 0): final_results.json has no evaluation numbers")
+        out["demo"] = demo(info, model, trainer.processing_class, getattr(trainer, "rm_eval_rows", None),
+                           recipe.args.system_prompt)
+        return out
+
+
+FAMILY = RewardModels()

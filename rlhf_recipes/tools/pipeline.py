@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import RECIPES_DIR, recipe_path
+from rlhf_recipes.tools.json_safe import json_safe
 
 logger = logging.getLogger(__name__)
 
@@ -365,8 +366,15 @@ def format_table(rows: list[dict[str, Any]], header: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path: Path, title: str) -> Path:
-    """One figure: RM reward and KL during training (PPO, GRPO), DPO's reward accuracy, final reward vs KL."""
+def _names(methods) -> str:
+    """Methods as the figure names them: PPO / GRPO."""
+    return " / ".join(m.upper() for m in methods)
+
+
+def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path: Path, title: str,
+         rm_methods: tuple[str, ...]) -> Path:
+    """One figure: RM reward and KL during training (the methods against the RM, `rm_methods`: PPO, GRPO), the
+    reward accuracy of the others (DPO), final reward vs KL."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -377,10 +385,11 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
     loaded = {m: load_run(p, m) for m, p in runs.items() if (p / "metrics.jsonl").exists()}
     colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(
         [r["method"] for r in rows])}
+    pairs = tuple(m for m in runs if m not in rm_methods)  # trained on the RM's pairs, without it
     panels = [
-        ("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], ("ppo", "grpo")),
-        ("KL to the reference during training", ["kl"], ("ppo", "grpo")),
-        ("DPO during training", ["rewards/accuracies"], ("dpo",)),
+        ("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], rm_methods),
+        ("KL to the reference during training", ["kl"], rm_methods),
+        (f"{_names(pairs)} during training", ["rewards/accuracies"], pairs),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
     for ax, (panel_title, metrics, methods) in zip(axes, panels):
@@ -476,20 +485,11 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
         "methods": rows, "samples": samples, "train_wall_seconds": walls,
         "runs": {"rm": str(rm_out), **{m: str(p) for m, p in runs.items()}},
     }
-    (out / "pipeline_results.json").write_text(json.dumps(_clean(results), indent=2, default=str) + "\n")
+    (out / "pipeline_results.json").write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
     (out / "pipeline_table.txt").write_text(table + "\n")
     plot(rows, runs, reward_name(str(rm_out)), out / "pipeline.png",
-         f"{pipeline.name}: reward model, then PPO / GRPO against it, DPO on the pairs")
+         f"{pipeline.name}: reward model, then {_names(pipeline.uses_reward_model)} against it, "
+         f"{_names(m for m in pipeline.policies if m not in pipeline.uses_reward_model)} on the pairs",
+         pipeline.uses_reward_model)
     print(table)
     return results
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and inf become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value

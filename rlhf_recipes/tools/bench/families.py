@@ -41,9 +41,7 @@ from pathlib import Path
 from rlhf_recipes.paths import recipe_path
 
 ARCHITECTURES = {"qwen3-0.6b": "Qwen/Qwen3-0.6B", "qwen3-1.7b": "Qwen/Qwen3-1.7B", "olmo2-1b": "allenai/OLMo-2-0425-1B"}
-BOOK_MODEL = {"dpo": "olmo2-1b", "grpo": "qwen3-1.7b", "ppo": "qwen3-1.7b", "preference_rm": "qwen3-0.6b",
-              "orm": "qwen3-0.6b"}
-DEFAULT_SEQ_LEN = {"dpo": 1024, "preference_rm": 512, "orm": 1024}
+BENCH_SEQ_LEN = 1024  # tokens per sequence by default, or the recipe's max_length when shorter
 # Dense bf16 tensor-core peaks (TFLOP/s), by a substring of torch.cuda.get_device_name().
 PEAK_TFLOPS = {"A6000": 154.8, "A100": 312.0, "H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "L40S": 362.0,
                "A10": 125.0, "4090": 165.2}
@@ -84,6 +82,19 @@ def build_random_model(arch: str, root: Path, tokenizer) -> Path:
     return target
 
 
+def book_architecture(algorithm: str) -> str:
+    """The architecture (a key of ARCHITECTURES) of the model the algorithm's recipe names: the book's model.
+    Base and fine-tuned checkpoints of one architecture share it (Qwen/Qwen3-0.6B-Base -> qwen3-0.6b)."""
+    from rlhf_recipes.config import read_yaml
+
+    named = str(read_yaml(str(recipe_path(algorithm))).get("model_name_or_path", ""))
+    matches = [arch for arch, hub_id in ARCHITECTURES.items() if named == hub_id or named.startswith(hub_id + "-")]
+    if not matches:
+        raise SystemExit(f"{recipe_path(algorithm)} names {named!r}, not one of the shipped architectures "
+                         f"({', '.join(ARCHITECTURES.values())}); pass --models")
+    return max(matches, key=lambda arch: len(ARCHITECTURES[arch]))
+
+
 def _words(tokenizer, n_tokens: int, rng: random.Random) -> str:
     vocab = ["the", "answer", "model", "because", "first", "then", "number", "value", "step", "result", "so",
              "which", "between", "reward", "policy", "gradient", "example", "question", "explain", "simple"]
@@ -93,14 +104,15 @@ def _words(tokenizer, n_tokens: int, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def synthetic_data(algorithm: str, path: Path, tokenizer, seq_len: int, rows: int) -> Path:
-    """Rows in the dataset's real schema whose prompt + response fill about seq_len tokens."""
+def synthetic_data(rm_kind: str | None, path: Path, tokenizer, seq_len: int, rows: int) -> Path:
+    """Rows in the dataset's real schema whose prompt + response fill about seq_len tokens: rollouts with rewards
+    for an outcome reward model (rm_kind "outcome"), preference pairs otherwise."""
     rng = random.Random(0)
     prompt_len = seq_len // 4
     lines = []
     for _ in range(rows):
         prompt = _words(tokenizer, prompt_len, rng)
-        if algorithm == "orm":
+        if rm_kind == "outcome":
             completions = [_words(tokenizer, seq_len - prompt_len, rng) + "\n#### 7" for _ in range(2)]
             lines.append({"prompt": prompt, "completions": completions, "rewards": [1.0, 0.0]})
         else:
@@ -134,11 +146,12 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
 
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.models import load_causal_lm, load_tokenizer
+    from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.tools.planner import Workload
     from rlhf_recipes.tools.planner import memory as M
     from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
-    from rlhf_recipes.registry import ALGORITHMS, family_of
+    from rlhf_recipes.registry import ALGORITHMS, family_of, import_object
+    from rlhf_recipes.families.reward_model import NUM_LABELS
     from rlhf_recipes.tiny import tiny_model_path
 
     cuda = torch.cuda.is_available()
@@ -147,11 +160,12 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     workdir = Path(workdir or tempfile.mkdtemp(prefix="rlhf-bench-"))
     family = ALGORITHMS[algorithm].family
     pg = family == "policy_gradient"
+    rm_kind = getattr(import_object(ALGORITHMS[algorithm].config_class), "rm_kind", None)  # reward models only
     tok_path = tiny_model_path()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tok_path)
-    arch = "tiny" if tiny else (model or BOOK_MODEL[algorithm])
+    arch = "tiny" if tiny else (model or book_architecture(algorithm))
     model_path = tok_path if tiny else str(build_random_model(arch, workdir / "models", tokenizer))
     total_steps = warmup + steps
     argv = [str(recipe_path(algorithm)), "--model_name_or_path", model_path,
@@ -177,16 +191,16 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     else:
         probe = load_recipe(argv)
         micro = probe.training.per_device_train_batch_size
-        seq_len = seq_len or (probe.training.max_length if tiny else DEFAULT_SEQ_LEN.get(algorithm, 1024))
+        seq_len = seq_len or (probe.training.max_length if tiny else min(probe.training.max_length, BENCH_SEQ_LEN))
         rows = total_steps * micro + 8
-        data = synthetic_data(algorithm, workdir / f"data-{algorithm}-{seq_len}.jsonl", tokenizer, seq_len, rows)
+        data = synthetic_data(rm_kind, workdir / f"data-{algorithm}-{seq_len}.jsonl", tokenizer, seq_len, rows)
         argv += ["--max_steps", str(total_steps), "--effective_batch_size", str(micro), "--data_files", str(data),
                  "--num_samples", str(rows), "--eval_fraction", "0.0", "--max_length", str(seq_len)]
     recipe = load_recipe(argv)
     tokenizer = load_tokenizer(recipe.model)
     train, _ = load_splits(recipe)
     fam = family_of(recipe.algorithm)
-    net = fam.load_model(recipe, tokenizer) if hasattr(fam, "load_model") else load_causal_lm(recipe.model)
+    net = fam.load_model(recipe, tokenizer)
     trainer = fam.build_trainer(recipe, net, tokenizer, train, None, [])
 
     counts = {"trained": 0, "scored": 0, "generated": 0, "shapes": []}
@@ -279,13 +293,13 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     plan = replan({"algorithm": algorithm, "model": arch, "plan_inputs": plan_inputs}, device="cuda" if cuda else "cpu")
     shape = plan.shape
 
-    labels = None if family != "reward_model" else (3 if algorithm == "prm" else 1)
+    labels = None if rm_kind is None else NUM_LABELS[rm_kind]
     lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
     per_token = flops_per_trained_token(shape, lora_n, lora, s, labels)
     head = shape.vocab * shape.hidden if labels is None else shape.hidden
     forward_only = 2 * (shape.decoder_linear_params() + head)
     flops = trained * per_token + (scored + generated) * forward_only
-    if algorithm == "ppo" and not getattr(training, "share_value_backbone", False):
+    if getattr(type(trainer), "needs_value_model", False) and not getattr(training, "share_value_backbone", False):
         flops += trained * 6 * shape.decoder_linear_params()  # the value model's own forward + backward
     peak_flops = (peak or (peak_tflops(torch.cuda.get_device_name()) if cuda else None))
     return {
@@ -350,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention", default="sdpa", help="sdpa, flash_attention_2 (skipped when not installed)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: 1024 dpo/orm, 512 preference_rm)")
+    parser.add_argument("--seq-len", type=int, help=f"tokens per sequence (default: the recipe's max_length, at most {BENCH_SEQ_LEN})")
     parser.add_argument("--tiny", action="store_true", help="CPU: the tiny model instead of real shapes")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the built-in table")
     parser.add_argument("--json", help="write all rows to this file")

@@ -177,7 +177,7 @@ def resolve_run_metric(columns: list[str], mm: MetricMap) -> tuple[str | None, s
         if len(matches) > 1:
             return None, (
                 f"{mm.book[0]}: several candidates ({', '.join(matches)}); set the name in "
-                "REWARD_FUNCTION_NAMES in rlhf_recipes/compare/references.py"
+                "REWARD_FUNCTION_NAMES in rlhf_recipes/book_logs.py"
             )
     return None, None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from rlhf_recipes.tools.compare.verdict import (
     compare_to_reference,
     final_mean,
 )
+from rlhf_recipes.tools.json_safe import json_safe
 
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
@@ -239,7 +239,7 @@ def _nothing_in_common(runs: list[LocalRun], aligned: AlignedReference, metrics:
         f"{', '.join(aligned.metrics) or 'nothing'}; your run(s) log: {', '.join(ours)}"
         + (f"; --metrics asked for: {', '.join(metrics)}" if metrics else "")
         + ". If a reward function is named differently, fix REWARD_FUNCTION_NAMES in "
-        "rlhf_recipes/compare/references.py."
+        "rlhf_recipes/book_logs.py."
     )
 
 
@@ -306,17 +306,6 @@ def compare_local_runs(
 # --- writing ------------------------------------------------------------------------------
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN is not JSON: write null instead."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _write_outputs(report: CompareReport, runs: list[LocalRun], summary: dict, fraction: float) -> None:
     summary = {
         **summary,
@@ -326,7 +315,7 @@ def _write_outputs(report: CompareReport, runs: list[LocalRun], summary: dict, f
         "notes": report.notes,
         "figure": str(report.figure),
     }
-    report.summary_file.write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    report.summary_file.write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     text = render_plain(report.headers, report.rows, report.title)
     if report.notes:
         text += "\n\nNotes:\n" + "\n".join(f"- {n}" for n in report.notes)

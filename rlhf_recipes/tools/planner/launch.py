@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -41,8 +41,6 @@ class Launch:
             return f"data parallel (DDP) over {self.processes} GPUs, a full copy on each"
         return "1 GPU"
 
-    def with_processes(self, n: int) -> "Launch":
-        return replace(self, processes=n)
 
 
 def read_launch(path: str | None) -> Launch:

@@ -11,7 +11,6 @@ tensors autograd saves and the same optimizer state, without CUDA's allocator ro
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -73,40 +72,3 @@ class TensorMemoryTracker(TorchDispatchMode):
                 except (RuntimeError, NotImplementedError):  # tensor subclasses without a storage
                     pass
         return out
-
-
-@contextmanager
-def cuda_peak():
-    """{'allocated': bytes, 'reserved': bytes} peaks of the block it wraps (filled in on exit)."""
-    result: dict[str, int] = {}
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    try:
-        yield result
-    finally:
-        torch.cuda.synchronize()
-        result["allocated"] = torch.cuda.max_memory_allocated()
-        result["reserved"] = torch.cuda.max_memory_reserved()
-
-
-def persistent_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
-    """Bytes of weights (parameters + buffers), gradients and optimizer state at this moment."""
-    seen: set[int] = set()
-
-    def size(tensors) -> int:
-        total = 0
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                st = t.untyped_storage()
-                if st._cdata not in seen:
-                    seen.add(st._cdata)
-                    total += st.nbytes()
-        return total
-
-    weights = size([*model.parameters(), *model.buffers()])
-    grads = size([p.grad for p in model.parameters() if p.grad is not None])
-    state = 0
-    if optimizer is not None:
-        for s in optimizer.state.values():
-            state += size(v for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
-    return {"weights": weights, "gradients": grads, "optimizer": state}

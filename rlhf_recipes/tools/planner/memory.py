@@ -40,11 +40,6 @@ def dtype_bytes(dtype: str | None, default: int = 2) -> int:
 # Weights
 
 
-def weight_bytes(params: int, bytes_per_param: float) -> float:
-    """params * p."""
-    return params * bytes_per_param
-
-
 def nf4_bytes(params: int, nested: bool = False) -> float:
     """bitsandbytes 4-bit (nf4/fp4) storage: params/2 + one absmax per block of 64.
 

@@ -5,8 +5,8 @@ effective batch, LoRA, checkpointing, dtype, lengths, generation settings), the 
 from its config.json, and adds up the terms of rlhf_recipes/planner/memory.py for the
 algorithm's family:
 
-  direct alignment  policy + reference (none for simpo/orpo, none with LoRA: the adapter is
-                    disabled instead) + chosen and rejected in one forward (2 x micro-batch)
+  direct alignment  policy + reference (none for a reference-free loss such as simpo/orpo, none with
+                    LoRA: the adapter is disabled instead) + chosen and rejected in one forward (2 x micro-batch)
   policy gradients  policy + reference only when beta != 0 (none with LoRA) + learned reward
                     models (rm:<dir>) + the generation phase: KV cache of a whole rollout batch
   reward models     a classification head instead of the LM head (no vocabulary-wide logits)
@@ -28,7 +28,6 @@ from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
 GiB = M.GiB
 A6000_GIB = 48.0  # an RTX A6000: 48 GB (49140 MiB) of GDDR6
 
-FULL_LOGITS = {"simpo"}  # TRL's CPOTrainer materializes (T, V) logits; DPO/BookDPO/GRPO use the fused head
 DEFAULT_PROMPT_LENGTH = 256  # policy-gradient prompts (system prompt + question), when the recipe does not bound them
 
 
@@ -184,7 +183,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
     tensors measured there): TRL's LM head then folds its tiles with torch ops instead of Triton.
     """
     training, model_args, algorithm = recipe.training, recipe.model, recipe.algorithm
-    family, name = algorithm.family, algorithm.name
+    family = algorithm.family
     world = launch.processes
     notes: list[str] = []
     warnings: list[str] = []
@@ -328,7 +327,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
     if rm:
         head = {"forward": 0.0, "backward": 0.0}
         head_name = None
-    elif name in FULL_LOGITS:
+    elif algorithm.materializes_full_logits:
         head = M.full_logits_bytes(shape, T, e, triton=device != "cpu")
         head_name = "logits (T x V, materialized by CPOTrainer)"
     else:
@@ -369,11 +368,12 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
 
 
 def _needs_reference(recipe, peft: bool) -> bool:
-    family, training = recipe.algorithm.family, recipe.training
+    algorithm, training = recipe.algorithm, recipe.training
+    family = algorithm.family
     if peft:
         return False
     if family == "direct_alignment":
-        return recipe.algorithm.reference_model and not getattr(training, "precompute_ref_log_probs", False)
+        return algorithm.reference_model and not getattr(training, "precompute_ref_log_probs", False)
     if family == "policy_gradient":
         return getattr(training, "beta", 0.0) != 0.0
     return False

@@ -1,0 +1,34 @@
+"""What every data adapter shares: the DataSource record, the schema error, and the DROP marker.
+
+Each adapter (rlhf_recipes/data/<dataset>.py) builds one DataSource from these; sources.py
+keeps the name -> adapter table and the loading, so adapters never import sources.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from rlhf_recipes.config import Recipe
+
+DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
+
+
+class DataError(ValueError):
+    """Data that does not fit the source's schema; the message names the row and column."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    name: str
+    hub_id: str | None
+    fixture: str | None  # path under data/fixtures/
+    columns: tuple[str, ...]  # required columns of the source schema
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
+    default_split: str = "train"
+    hub_config: str | None = None
+    # Procedural sources (reasoning-gym) build their rows instead of reading a file.
+    generate: Callable[["Recipe"], "Dataset"] | None = None
