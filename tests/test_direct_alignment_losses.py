@@ -113,7 +113,7 @@ def _independent_logps(model, batch):
 def _trainer_and_batch(algorithm: str, tmp_path):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.families.direct_alignment import reference_kwargs
+    from rlhf_recipes.families.direct_alignment import FAMILY
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
     from rlhf_recipes.registry import import_object
 
@@ -128,7 +128,7 @@ def _trainer_and_batch(algorithm: str, tmp_path):
             p.add_(0.05 * torch.randn_like(p))
     trainer_class = import_object(recipe.algorithm.trainer_class)
     trainer = trainer_class(model=policy, ref_model=reference, args=recipe.training, train_dataset=train,
-                            processing_class=tokenizer, **reference_kwargs(recipe, trainer_class))
+                            processing_class=tokenizer, **FAMILY.trainer_kwargs(recipe, trainer_class))
     batch = next(iter(trainer.get_train_dataloader()))
     return trainer, policy, reference, batch
 
