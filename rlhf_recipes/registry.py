@@ -202,6 +202,19 @@ ALGORITHMS: dict[str, Algorithm] = {
             key_metrics=("reward", "rewards/correctness_reward/mean", "value_loss", "policy_loss",
                          "value/explained_variance", "grad_norm"),
         ),
+        # --- supervised fine-tuning (book chapter 4) ---------------------------------------
+        Algorithm(
+            "sft", family="sft", config_class="custom_losses.sft.config:BookSFTConfig",
+            trainer_class="custom_losses.sft.trainer:BookSFTTrainer",
+            paper="Ouyang et al. 2022, Training language models to follow instructions (InstructGPT); "
+                  "Wei et al. 2022, Finetuned Language Models Are Zero-Shot Learners (instruction tuning)",
+            chapter="4",
+            # Loss on the final assistant turn only (TRL's completion-only loss on prompt/completion rows), the mean
+            # of micro-batch means, whole optimizer steps per epoch, the book's warmup. Book run nybj8sdx.
+            defaults={"completion_only_loss": True, "packing": False, "book_lr_schedule": True,
+                      "drop_partial_steps": True},
+            key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
+        ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
             "preference_rm", family="reward_model", config_class="custom_losses.reward_models.trainers:PreferenceRMConfig",
