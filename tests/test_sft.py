@@ -299,7 +299,7 @@ def test_step_loss_is_the_mean_of_micro_batch_means(tmp_path):
 def test_recipe_runs_end_to_end(tmp_path, caplog):
     out = tmp_path / "sft"
     with caplog.at_level(logging.INFO):
-        results = run_recipe("sft.yaml", out, "--warmup_steps", "0.5")
+        results = run_recipe("sft.yaml", out, "--warmup_steps", "0.5", "--max_grad_norm", "0.01")
     for name in OUTPUT_FILES:
         assert (out / name).is_file(), f"{name} missing"
     assert results["algorithm"] == "sft" and results["steps"] == 4 and not results["interrupted"]
@@ -312,6 +312,7 @@ def test_recipe_runs_end_to_end(tmp_path, caplog):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for r in rows:
         assert {"loss", "grad_norm", "learning_rate", "epoch"} <= set(r) and math.isfinite(r["loss"])
+    assert all(r["grad_norm"] > 0.01 for r in rows)  # the norm before clipping (clipped to 0.01)
     # T = 4, W = int(0.5 x 4) = 2: the book's warmup from lr/3, then linear decay; the logged LR is the step's.
     assert [r["learning_rate"] for r in rows] == pytest.approx([5e-6 * f for f in (1 / 3, 2 / 3, 1.0, 0.5)])
     assert [r["epoch"] for r in rows] == pytest.approx([0.125, 0.25, 0.375, 0.5])
