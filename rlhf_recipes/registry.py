@@ -254,6 +254,19 @@ ALGORITHMS: dict[str, Algorithm] = {
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
                       "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
         ),
+        # --- supervised fine-tuning (book chapter 4) ---------------------------------------
+        Algorithm(
+            "sft", family="sft", config_class="custom_losses.sft.config:BookSFTConfig",
+            trainer_class="custom_losses.sft.trainer:BookSFTTrainer",
+            paper="Ouyang et al. 2022, Training language models to follow instructions (InstructGPT); "
+                  "Wei et al. 2022, Finetuned Language Models Are Zero-Shot Learners (instruction tuning)",
+            chapter="4",
+            # Loss on the final assistant turn only (TRL's completion-only loss on prompt/completion rows), the mean
+            # of micro-batch means, whole optimizer steps per epoch, the book's warmup. Book run nybj8sdx.
+            defaults={"completion_only_loss": True, "packing": False, "book_lr_schedule": True,
+                      "drop_partial_steps": True},
+            key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
+        ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
             "preference_rm", **_reward_model(_PREFERENCE_RM, "1g3y9bcc",

@@ -28,13 +28,14 @@ __all__ = ["DROP", "DataError", "DataSource", "SOURCES", "load_splits"]
 
 def _registry() -> dict[str, DataSource]:
     from rlhf_recipes.data import (
-        gsm8k, gsm8k_rollouts, hh_rlhf, hh_rlhf_prompts, prm800k, reasoning_gym, ultrafeedback,
+        gsm8k, gsm8k_rollouts, hh_rlhf, hh_rlhf_prompts, no_robots, prm800k, reasoning_gym, ultrafeedback,
     )
 
     sources = [
         ultrafeedback.SOURCE, hh_rlhf.SOURCE,  # preference pairs (chapters 5 and 8)
         reasoning_gym.SOURCE, gsm8k.SOURCE, hh_rlhf_prompts.SOURCE,  # prompts for policy gradients (chapter 6)
         gsm8k_rollouts.SOURCE, prm800k.SOURCE,  # outcome and process reward models (chapter 5)
+        no_robots.SOURCE,  # instruction tuning, SFT (chapter 4)
     ]
     return {s.name: s for s in sources}
 

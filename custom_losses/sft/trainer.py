@@ -1,0 +1,61 @@
+"""BookSFTTrainer: TRL's SFTTrainer wired to the book's SFT; the math lives elsewhere.
+
+- Loss reduction: each micro-batch's loss is its own token mean and the optimizer step's loss is
+  the mean of the micro-batch means (the book), not a token mean over the whole accumulated batch
+  (transformers' default when the model accepts loss kwargs). `model_accepts_loss_kwargs = False`
+  makes transformers pass no `num_items_in_batch`, so SFTTrainer.compute_loss divides by the
+  micro-batch's own token count and transformers divides by the accumulation steps.
+- `drop_partial_steps`: the WholeStepSampler (sampler.py).
+- `book_lr_schedule`: the book's warmup + linear decay (custom_losses/schedules.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from trl import SFTTrainer
+
+from custom_losses.schedules import book_warmup_linear_scheduler, book_warmup_steps
+from custom_losses.sft.sampler import WholeStepSampler
+
+logger = logging.getLogger(__name__)
+
+
+class BookSFTTrainer(SFTTrainer):
+    _name = "BookSFT"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Set after Trainer.__init__, which reads it from the model's forward signature.
+        self.model_accepts_loss_kwargs = False
+        self._whole_step_sampler: WholeStepSampler | None = None
+
+    def _get_train_sampler(self, train_dataset=None):
+        if not self.args.drop_partial_steps:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        step_size = self.args.train_batch_size * self.args.gradient_accumulation_steps * max(1, self.args.world_size)
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        sampler = WholeStepSampler(len(dataset), step_size, seed=seed, epoch_of=self._current_epoch)
+        if sampler.dropped_per_epoch and self.args.process_index == 0:
+            logger.info("drop_partial_steps: %d rows, %d per optimizer step: %d steps per epoch, the %d rows left over "
+                        "in each epoch's shuffle are dropped", len(dataset), step_size, sampler.steps_per_epoch,
+                        sampler.dropped_per_epoch)
+        self._whole_step_sampler = sampler
+        return sampler
+
+    def _current_epoch(self) -> int:
+        """The epoch being started, from the optimizer steps taken (also right after a resume mid-epoch)."""
+        return self.state.global_step // self._whole_step_sampler.steps_per_epoch
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if not self.args.book_lr_schedule:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup = book_warmup_steps(self.args.warmup_steps, num_training_steps)
+            self.lr_scheduler = book_warmup_linear_scheduler(optimizer or self.optimizer, warmup, num_training_steps)
+            self._created_lr_scheduler = True
+            if self.args.process_index == 0:
+                logger.info("book_lr_schedule: %d warmup steps of %d (lr_scheduler_type %s is not used)", warmup,
+                            num_training_steps, self.args.lr_scheduler_type)
+        return self.lr_scheduler

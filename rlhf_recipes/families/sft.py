@@ -1,0 +1,80 @@
+"""Supervised fine-tuning (book chapter 4): instruction tuning on prompt/completion conversations.
+
+The data adapter (e.g. data/no_robots.py) gives conversational prompt/completion rows; TRL's
+SFTTrainer puts the loss on the completion only. BookSFTTrainer (custom_losses/sft/) adds the
+book's loss reduction, whole-step epochs and warmup schedule.
+
+Chat template: the book's model (OLMo-2 base) has none, so the recipe names a tokenizer to copy
+it from (`chat_template_from`, the template string only). The tiny profile sets it to null: the
+tiny model already has a ChatML template and the hub is not reachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from rlhf_recipes.registry import import_object
+
+logger = logging.getLogger(__name__)
+
+TINY_OVERLAY = {  # on top of config.TINY_COMMON
+    "max_steps": 4,
+    "per_device_train_batch_size": 2,
+    "effective_batch_size": 4,
+    "max_length": 256,
+    "chat_template_from": None,  # the tiny tokenizer has its own (ChatML) template
+}
+
+
+def copy_chat_template(tokenizer, source: str) -> None:
+    """Set `tokenizer.chat_template` to that of the tokenizer at `source`: nothing else changes
+    (no tokens added, no embedding resize), as the book does for OLMo-2 base."""
+    from transformers import AutoTokenizer
+
+    from rlhf_recipes.models import resolve_model_path
+
+    donor = AutoTokenizer.from_pretrained(resolve_model_path(source))
+    template = donor.get_chat_template()
+    if tokenizer.chat_template is not None and tokenizer.chat_template != template:
+        logger.warning("chat_template_from %s replaces the tokenizer's own chat template", source)
+    missing = [t for t in (donor.eos_token, donor.bos_token) if t is not None and t not in tokenizer.get_vocab()]
+    if missing:
+        logger.warning("chat_template_from %s: tokens %s of its tokenizer are not in this one; the template renders "
+                       "this tokenizer's own bos/eos", source, missing)
+    tokenizer.chat_template = template
+
+
+def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
+    from trl import get_peft_config
+
+    cfg = recipe.training
+    if cfg.chat_template_from:
+        copy_chat_template(tokenizer, cfg.chat_template_from)
+    if tokenizer.chat_template is None:
+        from rlhf_recipes.config import RecipeError
+
+        raise RecipeError(f"{recipe.source}: the tokenizer of {recipe.model.model_name_or_path} has no chat template; "
+                          "set `chat_template_from` to a tokenizer whose template to copy")
+    trainer_class = import_object(recipe.algorithm.trainer_class)
+    trainer = trainer_class(
+        model=model, args=cfg, train_dataset=train, eval_dataset=eval, processing_class=tokenizer,
+        peft_config=get_peft_config(recipe.model), callbacks=callbacks,
+    )
+    # TRL drops examples whose completion max_length cuts off entirely (the prompt alone fills it).
+    cut = len(train) - len(trainer.train_dataset)
+    if cut and int(os.environ.get("RANK", "0")) == 0:
+        logger.warning("train data: %d of %d examples dropped: no completion token left within max_length %s",
+                       cut, len(train), cfg.max_length)
+    trainer.sft_data_stats = {"examples": len(train), "cut_by_max_length": cut}
+    return trainer
+
+
+def final_results(recipe, trainer) -> dict[str, Any]:
+    """How the data turned into optimizer steps (for comparing step counts with the book's)."""
+    stats = dict(getattr(trainer, "sft_data_stats", {}))
+    sampler = getattr(trainer, "_whole_step_sampler", None)
+    if sampler is not None:
+        stats.update(steps_per_epoch=sampler.steps_per_epoch, rows_dropped_per_epoch=sampler.dropped_per_epoch)
+    return {"data": stats}
