@@ -55,18 +55,6 @@ class Algorithm:
     book_metrics: tuple[MetricMap, ...] = ()  # the book's metric names -> ours, with scales
 
 
-@dataclass(frozen=True)
-class BookOnly:
-    """A run the book publishes that no recipe here trains (e.g. its SFT starting point): only for comparing."""
-
-    name: str
-    family: str
-    book_runs: tuple[str, ...] = ()
-    book_shape: BookShape = BookShape()
-    book_metrics: tuple[MetricMap, ...] = ()
-    aliases: tuple[str, ...] = ()
-
-
 def import_object(path: str) -> Any:
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -85,6 +73,8 @@ _BOOK_DPO = dict(config_class="custom_losses.direct_alignment.config:BookDPOConf
 _BOOK_GRPO = dict(config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
                   trainer_class="custom_losses.policy_gradient.trainer:BookGRPOTrainer")
 _PPO = dict(config_class="custom_losses.ppo.config:PPOConfig", trainer_class="custom_losses.ppo.trainer:PPOTrainer")
+_BOOK_SFT = dict(config_class="custom_losses.sft.config:BookSFTConfig",
+                 trainer_class="custom_losses.sft.trainer:BookSFTTrainer")
 _PREFERENCE_RM = dict(config_class="custom_losses.reward_models.config:PreferenceRMConfig",
                       trainer_class="trl:RewardTrainer")
 _OUTCOME_RM = dict(config_class="custom_losses.reward_models.config:OutcomeRMConfig",
@@ -256,8 +246,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         # --- supervised fine-tuning (book chapter 4) ---------------------------------------
         Algorithm(
-            "sft", family="sft", config_class="custom_losses.sft.config:BookSFTConfig",
-            trainer_class="custom_losses.sft.trainer:BookSFTTrainer",
+            "sft", family="sft", **_BOOK_SFT,
             paper="Ouyang et al. 2022, Training language models to follow instructions (InstructGPT); "
                   "Wei et al. 2022, Finetuned Language Models Are Zero-Shot Learners (instruction tuning)",
             chapter="4",
@@ -266,6 +255,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"completion_only_loss": True, "packing": False, "book_lr_schedule": True,
                       "drop_partial_steps": True},
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
+            book_runs=("nybj8sdx",), book_metrics=sft_metrics(),
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
@@ -286,21 +276,11 @@ ALGORITHMS: dict[str, Algorithm] = {
     ]
 }
 
-# Published by the book, trained by no recipe here: the reference for comparisons only.
-BOOK_ONLY: dict[str, BookOnly] = {
-    b.name: b for b in [BookOnly("sft", family="sft", book_runs=("nybj8sdx",), book_metrics=sft_metrics())]
-}
-
-
-def book_entries() -> list[Algorithm | BookOnly]:
-    """Every algorithm the book's logs can be compared with: the registry's, then the book-only runs."""
-    return [*ALGORITHMS.values(), *BOOK_ONLY.values()]
-
 
 def canonical_name(name: str) -> str:
     """An algorithm's registry name from any spelling: case, dashes, or one of its `aliases`."""
     key = name.strip().lower().replace("-", "_")
-    for entry in book_entries():
+    for entry in ALGORITHMS.values():
         if key in entry.aliases:
             return entry.name
     return key

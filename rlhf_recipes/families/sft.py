@@ -15,17 +15,9 @@ import logging
 import os
 from typing import Any
 
-from rlhf_recipes.registry import import_object
+from rlhf_recipes.families.base import Family
 
 logger = logging.getLogger(__name__)
-
-TINY_OVERLAY = {  # on top of config.TINY_COMMON
-    "max_steps": 4,
-    "per_device_train_batch_size": 2,
-    "effective_batch_size": 4,
-    "max_length": 256,
-    "chat_template_from": None,  # the tiny tokenizer has its own (ChatML) template
-}
 
 
 def copy_chat_template(tokenizer, source: str) -> None:
@@ -46,35 +38,41 @@ def copy_chat_template(tokenizer, source: str) -> None:
     tokenizer.chat_template = template
 
 
-def build_trainer(recipe, model, tokenizer, train, eval, callbacks):
-    from trl import get_peft_config
+class SupervisedFineTuning(Family):
+    name = "sft"
+    tiny_overlay = {  # on top of config.TINY_COMMON
+        "max_steps": 4,
+        "per_device_train_batch_size": 2,
+        "effective_batch_size": 4,
+        "max_length": 256,
+        "chat_template_from": None,  # the tiny tokenizer has its own (ChatML) template
+    }
 
-    cfg = recipe.training
-    if cfg.chat_template_from:
-        copy_chat_template(tokenizer, cfg.chat_template_from)
-    if tokenizer.chat_template is None:
-        from rlhf_recipes.config import RecipeError
+    def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
+        cfg = recipe.training
+        if cfg.chat_template_from:
+            copy_chat_template(tokenizer, cfg.chat_template_from)
+        if tokenizer.chat_template is None:
+            from rlhf_recipes.errors import RecipeError
 
-        raise RecipeError(f"{recipe.source}: the tokenizer of {recipe.model.model_name_or_path} has no chat template; "
-                          "set `chat_template_from` to a tokenizer whose template to copy")
-    trainer_class = import_object(recipe.algorithm.trainer_class)
-    trainer = trainer_class(
-        model=model, args=cfg, train_dataset=train, eval_dataset=eval, processing_class=tokenizer,
-        peft_config=get_peft_config(recipe.model), callbacks=callbacks,
-    )
-    # TRL drops examples whose completion max_length cuts off entirely (the prompt alone fills it).
-    cut = len(train) - len(trainer.train_dataset)
-    if cut and int(os.environ.get("RANK", "0")) == 0:
-        logger.warning("train data: %d of %d examples dropped: no completion token left within max_length %s",
-                       cut, len(train), cfg.max_length)
-    trainer.sft_data_stats = {"examples": len(train), "cut_by_max_length": cut}
-    return trainer
+            raise RecipeError(f"{recipe.source}: the tokenizer of {recipe.model.model_name_or_path} has no chat "
+                              "template; set `chat_template_from` to a tokenizer whose template to copy")
+        trainer = super().build_trainer(recipe, model, tokenizer, train, eval, callbacks)
+        # TRL drops examples whose completion max_length cuts off entirely (the prompt alone fills it).
+        cut = len(train) - len(trainer.train_dataset)
+        if cut and int(os.environ.get("RANK", "0")) == 0:
+            logger.warning("train data: %d of %d examples dropped: no completion token left within max_length %s",
+                           cut, len(train), cfg.max_length)
+        trainer.sft_data_stats = {"examples": len(train), "cut_by_max_length": cut}
+        return trainer
+
+    def final_results(self, recipe, trainer) -> dict[str, Any]:
+        """How the data turned into optimizer steps (for comparing step counts with the book's)."""
+        stats = dict(getattr(trainer, "sft_data_stats", {}))
+        sampler = getattr(trainer, "_whole_step_sampler", None)
+        if sampler is not None:
+            stats.update(steps_per_epoch=sampler.steps_per_epoch, rows_dropped_per_epoch=sampler.dropped_per_epoch)
+        return {"data": stats}
 
 
-def final_results(recipe, trainer) -> dict[str, Any]:
-    """How the data turned into optimizer steps (for comparing step counts with the book's)."""
-    stats = dict(getattr(trainer, "sft_data_stats", {}))
-    sampler = getattr(trainer, "_whole_step_sampler", None)
-    if sampler is not None:
-        stats.update(steps_per_epoch=sampler.steps_per_epoch, rows_dropped_per_epoch=sampler.dropped_per_epoch)
-    return {"data": stats}
+FAMILY = SupervisedFineTuning()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rlhf_recipes.book_logs import REWARD_FUNCTION_NAMES, WANDB_PROJECT, MetricMap, RowKind
-from rlhf_recipes.registry import book_entries, canonical_name
+from rlhf_recipes.registry import ALGORITHMS, canonical_name
 
 __all__ = [
     "REWARD_FUNCTION_NAMES", "WANDB_PROJECT", "MetricMap", "RowKind", "ReferenceSpec", "SPECS", "lookup",
@@ -63,7 +63,7 @@ def optimizer_steps_per_rollout(prompts: int, rollouts_per_prompt: int) -> int:
 
 
 def _spec(entry) -> ReferenceSpec:
-    """A registry entry (Algorithm or BookOnly) as compare sees it: the first of its book runs."""
+    """A registry entry as compare sees it: the first of its book runs."""
     shape = entry.book_shape
     return ReferenceSpec(
         entry.name,
@@ -77,7 +77,7 @@ def _spec(entry) -> ReferenceSpec:
     )
 
 
-SPECS: dict[str, ReferenceSpec] = {entry.name: _spec(entry) for entry in book_entries()}
+SPECS: dict[str, ReferenceSpec] = {entry.name: _spec(entry) for entry in ALGORITHMS.values()}
 
 
 def canonical_algorithm(name: str) -> str:
