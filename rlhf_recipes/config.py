@@ -98,6 +98,15 @@ class RecipeArgs:
     overwrite: bool = field(
         default=False, metadata={"help": "Start over in an output_dir that already holds a run (its files are replaced)."}
     )
+    allow_changes: bool = field(
+        default=False,
+        metadata={"help": "With --resume: continue even though settings that change the run's meaning differ from "
+                  "its config.yaml (both values are recorded there)."},
+    )
+    stop_on_health_warning: bool = field(
+        default=False,
+        metadata={"help": "Stop the run at the first health warning (exploding loss, vanishing gradients)."},
+    )
     wandb_project: str | None = field(default=None, metadata={"help": "wandb project when report_to includes wandb."})
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 
@@ -370,7 +379,8 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             **TINY_COMMON, **getattr(family, "TINY_OVERLAY", {}), **algorithm.tiny}
         device = tiny_device_settings()
         overlay = {**family_overlay, **device}
-        overlay.setdefault("output_dir", default_output_dir(path, profile))
+        if not already_resolved:  # a run's own config.yaml names its output_dir: resuming must find it there
+            overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
             if k not in owner:
@@ -413,7 +423,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     if typed["recipe"].get("effective_batch_size") is not None:
         # Derived from the world size: re-running config.yaml on another GPU count must re-derive it.
         resolved.pop("gradient_accumulation_steps", None)
-    for key in ("resume", "overwrite", *(k for k, o in origin.items() if o == "profile tiny (device)")):
+    for key in ("resume", "overwrite", "allow_changes", *(k for k, o in origin.items() if o == "profile tiny (device)")):
         resolved.pop(key, None)  # per-invocation, or derived again from the next launch
     resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
