@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import signal
-import statistics
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -128,9 +127,9 @@ class HealthCallback(TrainerCallback):
     """Watches the logged loss and gradient norm; reports trouble as it happens.
 
     - a non-finite loss stops the run with an error (training on it would only spread NaNs);
-    - a loss that explodes against its own start: |loss - start| > EXPLODE x scale, where start is
-      the median of the first logged losses and scale = max(|start|, their spread, 0.1), so a loss
-      that starts near zero (policy gradients) is not flagged for ordinary noise;
+    - a loss that explodes against its own start: |loss - start| > EXPLODE x max(|start|, 1), where
+      start is the first logged loss; the floor of 1 keeps a loss that starts near zero (policy
+      gradients) from being flagged for ordinary noise;
     - a gradient norm that collapses to zero while the loss still moves (a detached graph, a
       frozen model, an underflow).
     Each is a warning on the console and a `health/<check>` = 1 in that step's metrics row; with
@@ -138,18 +137,20 @@ class HealthCallback(TrainerCallback):
     """
 
     EXPLODE = 10.0
-    START_ROWS = 3
 
     def __init__(self, stop: bool = False):
         self.stop = stop
-        self.start_losses: list[float] = []
+        self.start_loss: float | None = None
         self.previous_loss: float | None = None
         self.stopped_because: str | None = None
 
     def _warn(self, logs: dict, state, control, check: str, message: str) -> None:
         logs[f"health/{check}"] = 1.0
-        if state.is_world_process_zero:
-            logger.warning("health: step %d: %s", state.global_step, message)
+        if state.is_world_process_zero:  # rich: the warning stands out of the progress bar's lines
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[bold yellow]health warning[/] step {state.global_step}: {escape(message)}")
         if self.stop and self.stopped_because is None:
             self.stopped_because = f"{check} at step {state.global_step}: {message}"
             control.should_training_stop = True
@@ -163,15 +164,12 @@ class HealthCallback(TrainerCallback):
                 f"loss is {loss} at step {state.global_step}: the run diverged. Lower the learning rate, check the "
                 "data for empty responses, or resume from the last checkpoint with --resume."
             )
-        if len(self.start_losses) < self.START_ROWS:
-            self.start_losses.append(loss)
-        else:
-            start = statistics.median(self.start_losses)
-            scale = max(abs(start), max(self.start_losses) - min(self.start_losses), 0.1)
-            if abs(loss - start) > self.EXPLODE * scale:
-                self._warn(logs, state, control, "loss_exploded",
-                           f"loss {loss:.4g} against {start:.4g} at the start (more than {self.EXPLODE:g} x "
-                           f"{scale:.3g} away): lower the learning rate or check the data")
+        if self.start_loss is None:
+            self.start_loss = loss
+        elif abs(loss - self.start_loss) > self.EXPLODE * max(abs(self.start_loss), 1.0):
+            self._warn(logs, state, control, "loss_exploded",
+                       f"loss {loss:.4g} against {self.start_loss:.4g} at the start: lower the learning rate, or "
+                       "check the data")
         moved = self.previous_loss is not None and abs(loss - self.previous_loss) > 1e-6
         if grad_norm is not None and math.isfinite(grad_norm) and grad_norm < 1e-10 and moved:
             self._warn(logs, state, control, "zero_grad_norm",

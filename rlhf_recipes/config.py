@@ -26,7 +26,10 @@ from typing import Any
 
 import yaml
 
+from rlhf_recipes.data.sources import SOURCES
+from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
+from rlhf_recipes.validation import check_ranges
 
 PROFILES = ("tiny",)
 
@@ -44,8 +47,6 @@ TINY_COMMON: dict[str, Any] = {
 }
 
 
-class RecipeError(ValueError):
-    """A recipe or command line that cannot be run, with a message saying what to fix."""
 
 
 @dataclass
@@ -132,6 +133,11 @@ class Recipe:
     training: Any  # the algorithm's TRL config instance
     resolved: dict[str, Any]  # flat mapping written to config.yaml (re-runnable)
     world_size: int = 1
+    origin: dict[str, str] = field(default_factory=dict)  # key -> where its value came from (for messages)
+
+    def where(self, key: str) -> str:
+        """`recipes/x.yaml: `key``-style prefix for a message about one key."""
+        return f"{self.origin.get(key, self.source)}: `{key}`"
 
     @property
     def tiny(self) -> bool:
@@ -300,12 +306,32 @@ def _suggest(key: str, valid: typing.Iterable[str]) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice is an error, not a silent last-one-wins."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"key `{key}` is set twice (lines {seen[key]} and {line}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise RecipeError(f"{path}: no such recipe file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKey as e:
+        raise RecipeError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise RecipeError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -406,6 +432,12 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
                 f"{origin[key]}: `{key}` must be {_describe(annotation)}, got {value!r} ({type(value).__name__})"
             ) from None
 
+    check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
+    dataset = typed["recipe"].get("dataset")
+    if dataset is not None and dataset not in SOURCES:
+        raise RecipeError(f"{origin['dataset']}: unknown dataset `{dataset}`.{_suggest(str(dataset), SOURCES)} "
+                          f"Available: {', '.join(sorted(SOURCES))}")
+
     # LoRA adapts every linear layer unless the recipe names its targets: PEFT has no default for some
     # architectures (OLMo-2), and adapters on all linear layers are what QLoRA needs to match a full fine-tune.
     if typed["model"].get("use_peft") and typed["model"].get("lora_target_modules") is None:
@@ -429,7 +461,7 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
     return Recipe(
         source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
-        world_size=world_size,
+        world_size=world_size, origin=origin,
     )
 
 

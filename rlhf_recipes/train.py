@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.data.sources import DataError
+from rlhf_recipes.validation import check_inputs
 from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
 
 logger = logging.getLogger("rlhf_recipes")
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = load_recipe(sys.argv[1:] if argv is None else argv)
         folder = prepare_output_dir(recipe)
+        check_inputs(recipe)
         folder.claim(recipe)
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from rlhf_recipes.errors import RecipeError
+
 if TYPE_CHECKING:
     from datasets import Dataset
 
@@ -25,7 +27,7 @@ logger = logging.getLogger(__name__)
 DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
 
 
-class DataError(ValueError):
+class DataError(RecipeError):
     """Data that does not fit the source's schema; the message names the row and column."""
 
 
