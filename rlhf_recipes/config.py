@@ -417,6 +417,9 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             origin[k] = "profile tiny"
         for k in device:
             origin[k] = "profile tiny (device)"
+    if data.get("resolved_from") is not None and Path(path).name == "config.yaml":
+        # A run's own config.yaml resumes in the folder that holds it, even after the folder was moved.
+        layer({"output_dir": str(Path(path).parent)}, path)
     layer(cli, "command line")
     merged.setdefault("output_dir", default_output_dir(path, profile))
     origin.setdefault("output_dir", "default")

@@ -34,7 +34,7 @@ HARMLESS_ON_RESUME = frozenset({
     "logging_steps", "logging_first_step", "logging_strategy", "save_steps", "save_strategy", "save_total_limit",
     "report_to", "wandb_project", "wandb_mode", "run_name", "disable_tqdm", "log_samples_every", "log_samples_count",
     "dataloader_num_workers", "per_device_eval_batch_size", "eval_steps", "stop_on_health_warning", "allow_changes",
-    "resolved_from",
+    "resolved_from", "output_dir",  # a moved run folder resumes where it now is
 })
 
 

@@ -89,33 +89,34 @@ def check_local_data(path: str, source, flag: str) -> None:
         raise RecipeError(f"{flag}: {path} is empty. It needs rows with columns {', '.join(source.columns)}")
     for i, row in rows:
         if not isinstance(row, dict):
-            raise RecipeError(f"{flag}: {path} row {i}: expected a JSON object with columns "
+            raise RecipeError(f"{flag}: {path} {i}: expected a JSON object with columns "
                               f"{', '.join(source.columns)}, got {type(row).__name__}")
         missing = [c for c in source.columns if c not in row]
         if missing:
-            raise RecipeError(f"{flag}: {path} row {i}: missing column(s) {', '.join(missing)} for dataset "
+            raise RecipeError(f"{flag}: {path} {i}: missing column(s) {', '.join(missing)} for dataset "
                               f"`{source.name}` (expected {', '.join(source.columns)}; found {', '.join(row)})")
         if source.normalize is not None:
             try:
                 source.normalize(row)
             except (KeyError, TypeError, ValueError) as e:
-                raise RecipeError(f"{flag}: {path} row {i}: {e}") from None
+                raise RecipeError(f"{flag}: {path} {i}: {e}") from None
 
 
-def _first_rows(path: Path, flag: str) -> list[tuple[int, Any]]:
+def _first_rows(path: Path, flag: str) -> list[tuple[str, Any]]:
+    """("line N" or "row N", parsed row) for the first ROWS_CHECKED rows of a JSONL or JSON file."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise RecipeError(f"{flag}: {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
-        return list(enumerate(data[:ROWS_CHECKED], start=1))
+        return [(f"row {i}", row) for i, row in enumerate(data[:ROWS_CHECKED], start=1)]
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append((number, json.loads(line)))
+            rows.append((f"line {number}", json.loads(line)))
         except json.JSONDecodeError as e:
             raise RecipeError(f"{flag}: {path} line {number} is not valid JSON ({e.msg}); JSONL wants one object "
                               "per line") from None
