@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.data.sources import DataError
+from rlhf_recipes.quiet import explain_once, quiet_known_noise
 from rlhf_recipes.validation import check_inputs
 from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
 
@@ -24,6 +25,7 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_known_noise()
     try:
         recipe = load_recipe(sys.argv[1:] if argv is None else argv)
         folder = prepare_output_dir(recipe)
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     configure_reporting(recipe)
+    explain_once(recipe)
     try:
         trainer, family, interrupt, health = build(recipe, folder)
     except (RecipeError, DataError) as e:  # a mistake found while loading: no trace of the run is left
