@@ -2,37 +2,35 @@
 
 They are the difference between a run you can trust and one you have to babysit: metrics
 land in metrics.jsonl as they arrive, Ctrl-C or SIGTERM ends the run at the next optimizer
-step with a checkpoint, and a checkpoint counts only once it is completely written.
+step with a checkpoint, a checkpoint counts only once its manifest is written (checkpoints.py),
+and a loss that goes non-finite or explodes, or gradients that vanish while the loss moves,
+are reported the step they happen.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import re
 import signal
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-COMPLETE_MARKER = "checkpoint_complete"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+from rlhf_recipes.checkpoints import write_manifest
+
+logger = logging.getLogger(__name__)
 
 
-def checkpoint_step(path: str | Path) -> int:
-    m = _CHECKPOINT.match(Path(path).name)
-    if not m:
-        raise ValueError(f"{path} is not a checkpoint-<step> directory")
-    return int(m.group(1))
+class StartedCallback(TrainerCallback):
+    """Calls `on_started` once training begins (the run's folder then stops being provisional)."""
 
+    def __init__(self, on_started):
+        self.on_started = on_started
 
-def find_resumable_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest checkpoint whose save finished; half-written ones (a kill mid-save) are skipped."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return None
-    done = [p for p in root.iterdir() if _CHECKPOINT.match(p.name) and (p / COMPLETE_MARKER).exists()]
-    return max(done, key=checkpoint_step, default=None)
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.on_started()
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -111,23 +109,70 @@ class InterruptCallback(TrainerCallback):
         self._previous.clear()
 
 
-class CheckpointMarkerCallback(TrainerCallback):
-    """Marks a checkpoint complete once the Trainer has written all of it (on_save runs after)."""
+class CheckpointManifestCallback(TrainerCallback):
+    """Writes the checkpoint's manifest once every process has written its part (on_save runs after)."""
 
     def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # other ranks may still be writing their shards or RNG states
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                (folder / COMPLETE_MARKER).write_text(str(state.global_step))
+                write_manifest(folder, state.global_step)
 
 
-class FiniteLossCallback(TrainerCallback):
-    """Stops a run whose loss went NaN/inf with an error, instead of training on garbage."""
+class HealthCallback(TrainerCallback):
+    """Watches the logged loss and gradient norm; reports trouble as it happens.
+
+    - a non-finite loss stops the run with an error (training on it would only spread NaNs);
+    - a loss that explodes against its own start: |loss - start| > EXPLODE x max(|start|, 1), where
+      start is the first logged loss; the floor of 1 keeps a loss that starts near zero (policy
+      gradients) from being flagged for ordinary noise;
+    - a gradient norm that collapses to zero while the loss still moves (a detached graph, a
+      frozen model, an underflow).
+    Each is a warning on the console and a `health/<check>` = 1 in that step's metrics row; with
+    `stop_on_health_warning` the run stops at the first one (final_results.json says why).
+    """
+
+    EXPLODE = 10.0
+
+    def __init__(self, stop: bool = False):
+        self.stop = stop
+        self.start_loss: float | None = None
+        self.previous_loss: float | None = None
+        self.stopped_because: str | None = None
+
+    def _warn(self, logs: dict, state, control, check: str, message: str) -> None:
+        logs[f"health/{check}"] = 1.0
+        if state.is_world_process_zero:  # rich: the warning stands out of the progress bar's lines
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[bold yellow]health warning[/] step {state.global_step}: {escape(message)}")
+        if self.stop and self.stopped_because is None:
+            self.stopped_because = f"{check} at step {state.global_step}: {message}"
+            control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(loss):
+        if not logs or "loss" not in logs:
+            return
+        loss, grad_norm = logs["loss"], logs.get("grad_norm")
+        if not math.isfinite(loss):
             raise FloatingPointError(
                 f"loss is {loss} at step {state.global_step}: the run diverged. Lower the learning rate, check the "
                 "data for empty responses, or resume from the last checkpoint with --resume."
             )
+        if self.start_loss is None:
+            self.start_loss = loss
+        elif abs(loss - self.start_loss) > self.EXPLODE * max(abs(self.start_loss), 1.0):
+            self._warn(logs, state, control, "loss_exploded",
+                       f"loss {loss:.4g} against {self.start_loss:.4g} at the start: lower the learning rate, or "
+                       "check the data")
+        moved = self.previous_loss is not None and abs(loss - self.previous_loss) > 1e-6
+        if grad_norm is not None and math.isfinite(grad_norm) and grad_norm < 1e-10 and moved:
+            self._warn(logs, state, control, "zero_grad_norm",
+                       f"gradient norm {grad_norm:.3g} while the loss moved ({self.previous_loss:.4g} -> {loss:.4g}): "
+                       "no gradient reaches the weights (a detached loss, frozen parameters or an underflow)")
+        self.previous_loss = loss

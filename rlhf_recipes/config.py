@@ -26,7 +26,10 @@ from typing import Any
 
 import yaml
 
+from rlhf_recipes.data.sources import SOURCES
+from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
+from rlhf_recipes.validation import check_ranges
 
 PROFILES = ("tiny",)
 
@@ -44,8 +47,6 @@ TINY_COMMON: dict[str, Any] = {
 }
 
 
-class RecipeError(ValueError):
-    """A recipe or command line that cannot be run, with a message saying what to fix."""
 
 
 @dataclass
@@ -98,6 +99,15 @@ class RecipeArgs:
     overwrite: bool = field(
         default=False, metadata={"help": "Start over in an output_dir that already holds a run (its files are replaced)."}
     )
+    allow_changes: bool = field(
+        default=False,
+        metadata={"help": "With --resume: continue even though settings that change the run's meaning differ from "
+                  "its config.yaml (both values are recorded there)."},
+    )
+    stop_on_health_warning: bool = field(
+        default=False,
+        metadata={"help": "Stop the run at the first health warning (exploding loss, vanishing gradients)."},
+    )
     wandb_project: str | None = field(default=None, metadata={"help": "wandb project when report_to includes wandb."})
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 
@@ -113,6 +123,11 @@ class Recipe:
     training: Any  # the algorithm's TRL config instance
     resolved: dict[str, Any]  # flat mapping written to config.yaml (re-runnable)
     world_size: int = 1
+    origin: dict[str, str] = field(default_factory=dict)  # key -> where its value came from (for messages)
+
+    def where(self, key: str) -> str:
+        """`recipes/x.yaml: `key``-style prefix for a message about one key."""
+        return f"{self.origin.get(key, self.source)}: `{key}`"
 
     @property
     def tiny(self) -> bool:
@@ -281,12 +296,32 @@ def _suggest(key: str, valid: typing.Iterable[str]) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice is an error, not a silent last-one-wins."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"key `{key}` is set twice (lines {seen[key]} and {line}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise RecipeError(f"{path}: no such recipe file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKey as e:
+        raise RecipeError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise RecipeError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -360,7 +395,8 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             **TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
         device = tiny_device_settings()
         overlay = {**family_overlay, **device}
-        overlay.setdefault("output_dir", default_output_dir(path, profile))
+        if not already_resolved:  # a run's own config.yaml names its output_dir: resuming must find it there
+            overlay.setdefault("output_dir", default_output_dir(path, profile))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
             if k not in owner:
@@ -371,6 +407,9 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             origin[k] = "profile tiny"
         for k in device:
             origin[k] = "profile tiny (device)"
+    if data.get("resolved_from") is not None and Path(path).name == "config.yaml":
+        # A run's own config.yaml resumes in the folder that holds it, even after the folder was moved.
+        layer({"output_dir": str(Path(path).parent)}, path)
     layer(cli, "command line")
     merged.setdefault("output_dir", default_output_dir(path, profile))
     origin.setdefault("output_dir", "default")
@@ -385,6 +424,12 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             raise RecipeError(
                 f"{origin[key]}: `{key}` must be {_describe(annotation)}, got {value!r} ({type(value).__name__})"
             ) from None
+
+    check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
+    dataset = typed["recipe"].get("dataset")
+    if dataset is not None and dataset not in SOURCES:
+        raise RecipeError(f"{origin['dataset']}: unknown dataset `{dataset}`.{_suggest(str(dataset), SOURCES)} "
+                          f"Available: {', '.join(sorted(SOURCES))}")
 
     # LoRA adapts every linear layer unless the recipe names its targets: PEFT has no default for some
     # architectures (OLMo-2), and adapters on all linear layers are what QLoRA needs to match a full fine-tune.
@@ -402,13 +447,13 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     if typed["recipe"].get("effective_batch_size") is not None:
         # Derived from the world size: re-running config.yaml on another GPU count must re-derive it.
         resolved.pop("gradient_accumulation_steps", None)
-    for key in ("resume", "overwrite", *(k for k, o in origin.items() if o == "profile tiny (device)")):
+    for key in ("resume", "overwrite", "allow_changes", *(k for k, o in origin.items() if o == "profile tiny (device)")):
         resolved.pop(key, None)  # per-invocation, or derived again from the next launch
     resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
     return Recipe(
         source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
-        world_size=world_size,
+        world_size=world_size, origin=origin,
     )
 
 

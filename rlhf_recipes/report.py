@@ -13,12 +13,13 @@ PLOT_SKIP = {"step", "epoch", "learning_rate", "total_flos", "train_runtime", "t
              "train_steps_per_second", "train_loss"}
 
 
-def write_config(recipe, output_dir: Path) -> Path:
+def write_config(recipe, output_dir: Path, resolved: dict[str, Any] | None = None) -> Path:
+    """config.yaml: the resolved recipe (by default `recipe.resolved`), re-runnable as it is."""
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / "config.yaml"
     header = (f"# Resolved recipe of this run (from {recipe.source}, world size {recipe.world_size}).\n"
               f"# Re-run it with: python recipes/run.py {path}\n")
-    path.write_text(header + yaml.safe_dump(recipe.resolved, sort_keys=False))
+    path.write_text(header + yaml.safe_dump(recipe.resolved if resolved is None else resolved, sort_keys=False))
     return path
 
 
@@ -39,8 +40,9 @@ def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
     return final
 
 
-def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, interrupted: bool,
+def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, status: str,
                         extra: dict[str, Any] | None = None) -> Path:
+    """status: finished | interrupted | stopped (a health check) | failed (an exception while training)."""
     """final_results.json. World size and batch are read from the trainer, i.e. what really ran."""
     rows = read_metrics(output_dir / "metrics.jsonl")
     args = trainer.args
@@ -54,7 +56,8 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "steps": trainer.state.global_step,
-        "interrupted": interrupted,
+        "status": status,
+        "interrupted": status == "interrupted",
         "wall_seconds": round(wall_seconds, 2),
         "final_metrics": last_values(rows),
         **(extra or {}),

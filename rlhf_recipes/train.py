@@ -13,57 +13,95 @@ import time
 from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe
-from rlhf_recipes.run_setup import (
-    configure_reporting, is_main_process, prepare_output_dir, run_callbacks,
-)
+from rlhf_recipes.quiet import explain_once, quiet_known_noise
+from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
+from rlhf_recipes.validation import check_inputs
 
 logger = logging.getLogger("rlhf_recipes")
 
 EXIT_INTERRUPTED = 130
+EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_known_noise()
     try:
         recipe = load_recipe(sys.argv[1:] if argv is None else argv)
-        output_dir, checkpoint = prepare_output_dir(recipe)
+        folder = prepare_output_dir(recipe)
+        check_inputs(recipe)
+        folder.claim(recipe)
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     configure_reporting(recipe)
+    explain_once(recipe)
+    try:
+        trainer, family, interrupt, health = build(recipe, folder)
+    except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
+        folder.abandon()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BaseException:
+        folder.abandon()
+        raise
+    return train_and_report(recipe, folder, trainer, family, interrupt, health)
 
+
+def build(recipe, folder):
+    """Data, model and trainer: everything that can fail before the first step."""
     # Heavy imports only once the recipe is known to be valid.
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.registry import family_of
-    from rlhf_recipes.report import plot_curves, write_final_results
 
     family = family_of(recipe.algorithm)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
     model = family.load_model(recipe, tokenizer)
-    callbacks, interrupt = run_callbacks(output_dir, checkpoint)
+    callbacks, interrupt, health = run_callbacks(recipe, folder)
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)
+    return trainer, family, interrupt, health
 
+
+def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
+    from rlhf_recipes.report import plot_curves, write_final_results
+
+    output_dir, checkpoint = folder.output_dir, folder.checkpoint
     start = time.time()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except BaseException as e:  # the folder says the run failed, and where, instead of looking unfinished
+        if is_main_process():
+            write_final_results(recipe, trainer, output_dir, time.time() - start, status="failed",
+                                extra={"error": f"{type(e).__name__}: {e}"})
+        raise
     wall = time.time() - start
 
-    if not interrupt.interrupted:
+    stopped = interrupt.interrupted or health.stopped_because is not None
+    if not stopped:
         trainer.save_model(str(output_dir))
-    extra = {} if interrupt.interrupted else family.final_results(recipe, trainer)
+    extra = {} if stopped else family.final_results(recipe, trainer)
+    if health.stopped_because:
+        status, extra = "stopped", {**extra, "stopped_because": health.stopped_because}
+    else:
+        status = "interrupted" if interrupt.interrupted else "finished"
     if is_main_process():
-        write_final_results(recipe, trainer, output_dir, wall, interrupt.interrupted, extra)
+        write_final_results(recipe, trainer, output_dir, wall, status=status, extra=extra)
         plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")
         if interrupt.interrupted:
             logger.warning("interrupted at step %d; continue with: python recipes/run.py %s --resume",
                            trainer.state.global_step, output_dir / "config.yaml")
+        elif health.stopped_because:
+            logger.error("stopped by stop_on_health_warning: %s", health.stopped_because)
         else:
             logger.info("done: %s", output_dir / "final_results.json")
     # Ranks leave together and close the process group themselves: a rank that exits while another
     # still writes results can abort in the communication backend's teardown.
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
-    return EXIT_INTERRUPTED if interrupt.interrupted else 0
+    if interrupt.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_HEALTH_STOP if health.stopped_because else 0
 
 
 def cli(argv: list[str] | None = None) -> int:

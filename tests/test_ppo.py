@@ -325,7 +325,7 @@ def test_resume_restores_the_value_model(tmp_path):
     out = tmp_path / "saved"
     run_recipe("ppo.yaml", out, "--num_samples", "32", "--save_strategy", "steps", "--save_steps", "2")
     checkpoint = out / "checkpoint-2"
-    for name in ("checkpoint_complete", "value_model/model.safetensors", "value_model/value_optimizer.pt",
+    for name in ("checkpoint_manifest.json", "value_model/model.safetensors", "value_model/value_optimizer.pt",
                  "value_model/value_scheduler.pt"):
         assert (checkpoint / name).exists(), name
     resumed = tmp_path / "resumed"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from rlhf_recipes.errors import RecipeError
+
 if TYPE_CHECKING:
     from datasets import Dataset
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
 
 
-class DataError(ValueError):
+class DataError(RecipeError):
     """Data that does not fit the source's schema; the message names the row and column."""
 
 

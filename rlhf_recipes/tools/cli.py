@@ -5,6 +5,7 @@
     rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
     rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
     rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
+    rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
     rlhf-recipes evaluate outputs/preference_rm             # a trained reward model on held-out data
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
 
@@ -32,6 +33,8 @@ COMMANDS: dict[str, Command] = {
     "bench": Command("rlhf_recipes.tools.bench.families:main", "benchmark a training step per family"),
     "bench-phases": Command("rlhf_recipes.tools.bench.grpo_phases:main",
                             "split one GRPO rollout batch into generation, scoring and training"),
+    "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
+                            "try every kind of bad input and time how long each takes to be reported"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main", "evaluate a trained reward model on held-out data"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
 }

@@ -87,7 +87,7 @@ def _finished(out: Path) -> bool:
     path = out / "final_results.json"
     if not path.exists():
         return False
-    return not json.loads(path.read_text()).get("interrupted", False)
+    return json.loads(path.read_text()).get("status", "finished") == "finished"
 
 
 def _profile_args(options: PipelineOptions) -> list[str]:

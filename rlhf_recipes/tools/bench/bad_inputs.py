@@ -1,0 +1,192 @@
+"""Bad inputs, tried as a user would: what each one gives, and how long until it says so.
+
+    rlhf-recipes bench-errors                      # every case against this checkout
+    rlhf-recipes bench-errors --repo ../old-main   # the same cases against another checkout (before/after)
+    rlhf-recipes bench-errors --only data --json errors.json
+
+Each case runs `python <repo>/recipes/run.py ...` as its own process (as a user would) in a
+scratch folder, and is judged from its exit code and stderr:
+  clear      exit 2 (or the stated code), exactly one `error:` line, no traceback
+  traceback  a Python traceback reached the user
+  silent     exit 0: the mistake was not noticed
+  unclear    any other failure (a message, but not one line, or a wrong exit code)
+`seconds` is the wall time from start to exit: for a clear error, the time-to-error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
+            "rejected": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Go away."}]}
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str
+    name: str
+    argv: tuple[str, ...]  # after `recipes/run.py`; {r} = the repo's recipes/, {s} = the scratch folder
+    expect: int = 2  # the exit code of a clear report
+
+
+def _tiny(recipe: str, *extra: str) -> tuple[str, ...]:
+    return (f"{{r}}/{recipe}", "--profile", "tiny", "--output_dir", "{s}/out", *extra)
+
+
+CASES: tuple[Case, ...] = (
+    # The recipe and the command line
+    Case("recipe", "unknown option on the command line", _tiny("dpo.yaml", "--learnig_rate", "1e-6")),
+    Case("recipe", "unknown key in the YAML", ("{s}/typo.yaml", "--profile", "tiny")),
+    Case("recipe", "wrong type on the command line", _tiny("dpo.yaml", "--learning_rate", "fast")),
+    Case("recipe", "unknown algorithm", ("{s}/algo.yaml",)),
+    Case("recipe", "no algorithm key", ("{s}/noalgo.yaml",)),
+    Case("recipe", "recipe file missing", ("{s}/missing.yaml",)),
+    Case("recipe", "recipe is a list, not a mapping", ("{s}/list.yaml",)),
+    Case("recipe", "YAML syntax error", ("{s}/syntax.yaml",)),
+    Case("recipe", "key set twice in the YAML", ("{s}/twice.yaml", "--profile", "tiny")),
+    Case("recipe", "unknown profile", _tiny("dpo.yaml")[:1] + ("--profile", "huge")),
+    Case("recipe", "stray positional argument", _tiny("dpo.yaml", "extra")),
+    Case("recipe", "effective batch not divisible", _tiny("dpo.yaml", "--effective_batch_size", "5")),
+    Case("recipe", "accumulation contradicts the effective batch", _tiny("dpo.yaml", "--gradient_accumulation_steps", "7")),
+    # Numbers out of range
+    Case("numbers", "learning rate 0", _tiny("dpo.yaml", "--learning_rate", "0")),
+    Case("numbers", "negative learning rate", _tiny("dpo.yaml", "--learning_rate", "-1e-5")),
+    Case("numbers", "negative beta", _tiny("dpo.yaml", "--beta", "-0.1")),
+    Case("numbers", "max_steps 0", _tiny("dpo.yaml", "--max_steps", "0")),
+    Case("numbers", "batch size 0", _tiny("dpo.yaml", "--per_device_train_batch_size", "0")),
+    Case("numbers", "0 epochs", _tiny("dpo.yaml", "--num_train_epochs", "0", "--max_steps", "-1")),
+    Case("numbers", "eval fraction 1.5", _tiny("preference_rm.yaml", "--eval_fraction", "1.5")),
+    Case("numbers", "negative warmup", _tiny("dpo.yaml", "--warmup_steps", "-3")),
+    Case("numbers", "cDPO label smoothing 0.7", _tiny("cdpo.yaml", "--label_smoothing", "0.7")),
+    Case("numbers", "temperature 0", _tiny("grpo.yaml", "--temperature", "0")),
+    Case("numbers", "top_p 1.5", _tiny("grpo.yaml", "--top_p", "1.5")),
+    Case("numbers", "clip range 0", _tiny("grpo.yaml", "--epsilon", "0")),
+    Case("numbers", "GAE lambda 1.2", _tiny("ppo.yaml", "--lam", "1.2")),
+    Case("numbers", "num_samples 0", _tiny("dpo.yaml", "--num_samples", "0")),
+    # Data
+    Case("data", "data file missing", _tiny("dpo.yaml", "--data_files", "{s}/nope.jsonl")),
+    Case("data", "data file empty", _tiny("dpo.yaml", "--data_files", "{s}/empty.jsonl")),
+    Case("data", "data file not JSON", _tiny("dpo.yaml", "--data_files", "{s}/notjson.jsonl")),
+    Case("data", "column missing", _tiny("dpo.yaml", "--data_files", "{s}/nocolumn.jsonl")),
+    Case("data", "column of the wrong type", _tiny("dpo.yaml", "--data_files", "{s}/wrongtype.jsonl")),
+    Case("data", "dataset adapter misspelt", _tiny("dpo.yaml", "--dataset", "ultrafedback")),
+    # Models
+    Case("models", "model folder missing", _tiny("dpo.yaml", "--model_name_or_path", "./no/such/model")),
+    Case("models", "empty model folder", _tiny("dpo.yaml", "--model_name_or_path", "{s}/empty-model")),
+    Case("models", "model folder without weights", _tiny("dpo.yaml", "--model_name_or_path", "{s}/config-only")),
+    Case("models", "model folder without tokenizer", _tiny("dpo.yaml", "--model_name_or_path", "{s}/no-tokenizer")),
+    Case("models", "hub model not cached, offline", _tiny("dpo.yaml", "--model_name_or_path", "nobody/not-a-model")),
+    # Rewards
+    Case("rewards", "reward function misspelt", _tiny("grpo.yaml", "--reward_funcs", "correctnes_reward")),
+    Case("rewards", "rm: reward model missing", _tiny("hh_grpo.yaml", "--reward_funcs", "rm:{s}/no-rm")),
+    Case("rewards", "reward weights of the wrong length", _tiny("grpo.yaml", "--reward_weights", "1,2,3,4,5")),
+    # Runs
+    Case("runs", "second run into a folder that holds one", _tiny("dpo.yaml", "--max_steps", "1")),
+    Case("runs", "--resume with no checkpoint", _tiny("dpo.yaml", "--resume")),
+    Case("runs", "--resume and --overwrite together", _tiny("dpo.yaml", "--resume", "--overwrite")),
+    Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
+    Case("runs", "learning rate 10 (divergence), stop on health", _tiny("dpo.yaml", "--output_dir", "{s}/diverge",
+                                                                        "--learning_rate", "10", "--max_steps", "8",
+                                                                        "--stop_on_health_warning"), expect=3),
+)
+
+
+def make_scratch(folder: Path) -> None:
+    """The files the cases point at."""
+    write = lambda name, text: (folder / name).write_text(text)  # noqa: E731
+    write("typo.yaml", "algorithm: dpo\nlearnig_rate: 1.0e-6\n")
+    write("algo.yaml", "algorithm: dpoo\n")
+    write("noalgo.yaml", "beta: 0.1\n")
+    write("list.yaml", "- algorithm: dpo\n")
+    write("syntax.yaml", "algorithm: dpo\nbeta: [0.1\n")
+    write("twice.yaml", "algorithm: dpo\nbeta: 0.1\nbeta: 0.2\n")
+    write("empty.jsonl", "")
+    write("notjson.jsonl", '{"prompt": "a",\n')
+    write("nocolumn.jsonl", json.dumps({"prompt": "a", "chosen": []}) + "\n")
+    write("wrongtype.jsonl", json.dumps({**GOOD_ROW, "prompt": 3}) + "\n")
+    (folder / "empty-model").mkdir()
+    (folder / "config-only").mkdir()
+    write("config-only/config.json", "{}")
+    (folder / "no-tokenizer").mkdir()
+    write("no-tokenizer/config.json", "{}")
+    write("no-tokenizer/model.safetensors", "")
+    (folder / "out").mkdir()
+    write("out/config.yaml", "algorithm: dpo\n")  # a folder that already holds a run
+
+
+def judge(code: int, stderr: str, expect: int) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    if "Traceback (most recent call last)" in stderr:
+        return "traceback"
+    if code == 0:
+        return "silent"
+    if code == expect and (len(errors) == 1 or expect != 2):
+        return "clear"
+    return "unclear"
+
+
+def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
+    argv = [a.replace("{r}", str(repo / "recipes")).replace("{s}", str(scratch)) for a in case.argv]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
+           "HF_HOME": str(scratch / "hf-home")}
+    start = time.time()
+    try:
+        done = subprocess.run([sys.executable, str(repo / "recipes" / "run.py"), *argv], cwd=scratch, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        code, stderr = done.returncode, done.stderr
+    except subprocess.TimeoutExpired:
+        code, stderr = -1, "timeout"
+    seconds = time.time() - start
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    message = errors[0] if errors else (stderr.strip().splitlines() or [""])[-1]
+    return {"group": case.group, "case": case.name, "exit": code, "verdict": judge(code, stderr, case.expect),
+            "seconds": round(seconds, 1), "message": message[:300]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[3],
+                        help="checkout whose recipes/run.py is tried (default: this one)")
+    parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, runs)")
+    parser.add_argument("--json", type=Path, help="also write every result here")
+    parser.add_argument("--timeout", type=int, default=300)
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    cases = [c for c in CASES if args.only in (None, c.group)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in tqdm(cases, desc="bad inputs", unit="case"):
+            scratch = Path(tmp) / f"case{len(results)}"
+            scratch.mkdir()
+            make_scratch(scratch)
+            results.append(run_case(case, args.repo.resolve(), scratch, args.timeout))
+    table = Table(title=f"bad inputs against {args.repo}")
+    for column in ("group", "case", "verdict", "exit", "seconds", "message"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(*(str(r[c]) for c in ("group", "case", "verdict", "exit", "seconds", "message")))
+    Console(width=200).print(table)
+    counts = {v: sum(r["verdict"] == v for r in results) for v in ("clear", "traceback", "silent", "unclear")}
+    clear_times = sorted(r["seconds"] for r in results if r["verdict"] == "clear" and r["exit"] == 2)
+    median = clear_times[len(clear_times) // 2] if clear_times else None
+    print(f"{len(results)} cases: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+          + (f"; median time to a clear error {median} s" if median is not None else ""))
+    if args.json:
+        args.json.write_text(json.dumps({"repo": str(args.repo), "results": results, "counts": counts}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

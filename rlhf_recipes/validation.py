@@ -1,0 +1,229 @@
+"""Checks that run before any model or dataset loads, so a mistake costs seconds, not a download.
+
+- values: numbers out of their range (a learning rate of 0, a negative beta, a batch of 0, ...);
+- data: a local `data_files` file exists, is not empty, parses, and its first rows have the
+  source's columns and pass its adapter (the same `normalize` the run uses);
+- models: a local model folder has a config, weights and a tokenizer (and a chat template where
+  the family needs one); a hub id is in the local cache when the hub is offline or unreachable;
+  every `rm:` reward model names a saved model.
+Each failure is a RecipeError whose message names where the value came from, what was expected
+and the fix. Nothing here imports torch, transformers or datasets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable
+
+from rewards.reward_model import RM_PREFIX
+from rlhf_recipes.errors import RecipeError
+
+# key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.
+Rule = tuple[Callable[[Any], bool], str]
+RANGES: dict[str, Rule] = {
+    "learning_rate": (lambda v: v > 0, "a positive number (e.g. 5e-6)"),
+    "beta": (lambda v: v >= 0, "a number >= 0"),
+    "max_steps": (lambda v: v == -1 or v > 0, "a positive number of optimizer steps (or -1: use num_train_epochs)"),
+    "num_train_epochs": (lambda v: v > 0, "a positive number of epochs"),
+    "per_device_train_batch_size": (lambda v: v >= 1, "at least 1"),
+    "per_device_eval_batch_size": (lambda v: v >= 1, "at least 1"),
+    "effective_batch_size": (lambda v: v >= 1, "at least 1"),
+    "gradient_accumulation_steps": (lambda v: v >= 1, "at least 1"),
+    "generation_batch_size": (lambda v: v >= 1, "at least 1"),
+    "num_generations": (lambda v: v >= 1, "at least 1 completion per prompt"),
+    "num_samples": (lambda v: v >= 1, "at least 1 row"),
+    "eval_fraction": (lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
+    "max_grad_norm": (lambda v: v >= 0, "a number >= 0 (0 turns clipping off)"),
+    "weight_decay": (lambda v: v >= 0, "a number >= 0"),
+    "warmup_steps": (lambda v: v >= 0, "a number >= 0 (a float < 1 is a fraction of the steps)"),
+    "warmup_ratio": (lambda v: 0 <= v <= 1, "a fraction in [0, 1]"),
+    "epsilon": (lambda v: v > 0, "a positive clip range (the book's 0.2)"),
+    "epsilon_high": (lambda v: v > 0, "a positive clip range"),
+    "cliprange_value": (lambda v: v > 0, "a positive clip range (the book's 0.4)"),
+    "temperature": (lambda v: v > 0, "a positive sampling temperature"),
+    "top_p": (lambda v: 0 < v <= 1, "a probability in (0, 1]"),
+    "top_k": (lambda v: v >= 0, "an integer >= 0 (0 turns it off)"),
+    "min_p": (lambda v: 0 <= v <= 1, "a probability in [0, 1]"),
+    "max_length": (lambda v: v >= 1, "at least 1 token"),
+    "max_prompt_length": (lambda v: v >= 1, "at least 1 token"),
+    "max_completion_length": (lambda v: v >= 1, "at least 1 token"),
+    "label_smoothing": (lambda v: 0 <= v < 0.5, "a fraction in [0, 0.5)"),
+    "logging_steps": (lambda v: v > 0, "a positive number"),
+    "save_steps": (lambda v: v > 0, "a positive number"),
+    "eval_steps": (lambda v: v > 0, "a positive number"),
+    "gamma": (lambda v: 0 <= v <= 1, "a discount in [0, 1]"),
+    "lam": (lambda v: 0 <= v <= 1, "a GAE lambda in [0, 1]"),
+    "vf_coef": (lambda v: v >= 0, "a number >= 0"),
+    "seed": (lambda v: v >= 0, "an integer >= 0"),
+}
+
+
+def check_ranges(values: dict[str, Any], origin: dict[str, str]) -> None:
+    for key, (test, expected) in RANGES.items():
+        value = values.get(key)
+        if value is None or isinstance(value, (bool, str, list, dict)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value) or not test(value):
+            raise RecipeError(f"{origin.get(key, 'recipe')}: `{key}` must be {expected}, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Data
+
+
+ROWS_CHECKED = 200  # the adapter runs on this many rows up front; the rest are checked while loading
+
+
+def check_local_data(path: str, source, flag: str) -> None:
+    """A data_files file: exists, has rows, each parses, has the columns and passes the adapter."""
+    p = Path(path)
+    if not p.is_file():
+        raise RecipeError(f"{flag}: no such file {path}. Give a JSON or JSONL file in the `{source.name}` schema "
+                          f"(columns {', '.join(source.columns)})")
+    rows = _first_rows(p, flag)
+    if not rows:
+        raise RecipeError(f"{flag}: {path} is empty. It needs rows with columns {', '.join(source.columns)}")
+    for i, row in rows:
+        if not isinstance(row, dict):
+            raise RecipeError(f"{flag}: {path} {i}: expected a JSON object with columns "
+                              f"{', '.join(source.columns)}, got {type(row).__name__}")
+        missing = [c for c in source.columns if c not in row]
+        if missing:
+            raise RecipeError(f"{flag}: {path} {i}: missing column(s) {', '.join(missing)} for dataset "
+                              f"`{source.name}` (expected {', '.join(source.columns)}; found {', '.join(row)})")
+        if source.normalize is not None:
+            try:
+                source.normalize(row)
+            except (KeyError, TypeError, ValueError) as e:
+                raise RecipeError(f"{flag}: {path} {i}: {e}") from None
+
+
+def _first_rows(path: Path, flag: str) -> list[tuple[str, Any]]:
+    """("line N" or "row N", parsed row) for the first ROWS_CHECKED rows of a JSONL or JSON file."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise RecipeError(f"{flag}: {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        return [(f"row {i}", row) for i, row in enumerate(data[:ROWS_CHECKED], start=1)]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((f"line {number}", json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise RecipeError(f"{flag}: {path} line {number} is not valid JSON ({e.msg}); JSONL wants one object "
+                              "per line") from None
+        if len(rows) >= ROWS_CHECKED:
+            break
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# Models
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "adapter_model.safetensors")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).exists()
+
+
+def check_model_folder(path: str, flag: str, *, tokenizer: bool = True, chat_template: bool = False) -> None:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise RecipeError(f"{flag}: no such model folder {path}. Give a folder written by save_pretrained (a run's "
+                          "output_dir) or a hub id such as Qwen/Qwen3-0.6B")
+    if not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+        raise RecipeError(f"{flag}: {path} has no config.json: it is not a saved model (a run's output_dir or a "
+                          "checkpoint-N folder is)")
+    if not any((p / f).exists() for f in WEIGHT_FILES):
+        raise RecipeError(f"{flag}: {path} has no weights ({' or '.join(WEIGHT_FILES[:3])}): the save did not "
+                          "finish, or this is a config-only folder")
+    if tokenizer and not any((p / f).exists() for f in TOKENIZER_FILES):
+        raise RecipeError(f"{flag}: {path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the tokenizer "
+                          "with the model (tokenizer.save_pretrained)")
+    if chat_template and not _has_chat_template(p):
+        raise RecipeError(f"{flag}: the tokenizer in {path} has no chat template, which this algorithm needs to "
+                          "format conversations. Use a chat (instruct/SFT) model or add a chat_template")
+
+
+def _has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").exists() or (folder / "chat_template.json").exists():
+        return True
+    config = folder / "tokenizer_config.json"
+    return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """One TCP connection to the hub, not a minute of retries."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((endpoint, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def check_hub_model(name: str, flag: str) -> None:
+    """A hub id: fine online; offline (or unreachable) it must already be in the local cache."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    if not offline and hub_reachable():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        if not offline:  # cached, hub unreachable: use the cache without waiting on retries
+            os.environ["HF_HUB_OFFLINE"] = "1"
+        return
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached from this machine"
+    raise RecipeError(f"{flag}: `{name}` is not in the local model cache and {why}. Download it where the hub is "
+                      f"reachable (huggingface-cli download {name}) and copy the cache, or pass a local folder")
+
+
+def check_model(name: str | None, flag: str, chat_template: bool = False) -> None:
+    if name is None:
+        raise RecipeError(f"{flag}: no model given; set `model_name_or_path` to a hub id or a saved model folder")
+    if name == "tiny":
+        return
+    if looks_local(name):
+        check_model_folder(name, flag, chat_template=chat_template)
+    else:
+        check_hub_model(name, flag)
+
+
+# --------------------------------------------------------------------------------------
+# All of it, for one recipe
+
+
+def check_inputs(recipe) -> None:
+    """Everything a run reads, checked before anything loads: data file, model, reward models."""
+    from rlhf_recipes.data.sources import SOURCES
+
+    args = recipe.args
+    if args.data_files and args.dataset in SOURCES:
+        check_local_data(args.data_files, SOURCES[args.dataset], recipe.where("data_files"))
+    check_model(recipe.model.model_name_or_path, recipe.where("model_name_or_path"))
+    for spec in getattr(recipe.training, "reward_funcs", None) or []:
+        if isinstance(spec, str) and spec.startswith(RM_PREFIX):
+            check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
+
+
+
+def check_reward_model(path: str, flag: str) -> None:
+    """`rm:<path>`: a reward-model run's output_dir (its merged/ copy for a LoRA run) or a saved model folder."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise RecipeError(f"{flag}: reward model `rm:{path}`: no such folder. Train one first (e.g. python "
+                          "recipes/run.py recipes/hh_rm.yaml) and name its output_dir")
+    merged = folder / "merged"
+    check_model_folder(str(merged if merged.is_dir() else folder), f"{flag} (rm:{path})")

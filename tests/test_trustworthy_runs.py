@@ -1,0 +1,267 @@
+"""Runs that never lie: bad input is a one-line error before anything loads, and a run's folder
+always says exactly what ran (overwrite, resume, failed starts, checkpoint manifests, health)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, read_metrics, run_recipe
+from rlhf_recipes.checkpoints import MANIFEST, find_resumable_checkpoint, incomplete_reason, write_manifest
+from rlhf_recipes.config import load_recipe
+from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.train import main as train
+
+
+def fails(capsys, *argv: str) -> str:
+    """Run recipes/run.py ARGV in this process; it must exit 2 with exactly one line on stderr."""
+    assert train(list(argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
+    return errors[0]
+
+
+def dpo(*extra: str) -> list[str]:
+    return [str(RECIPES / "dpo.yaml"), "--profile", "tiny", *extra]
+
+
+# --------------------------------------------------------------------------------------
+# Bad numbers and bad YAML: found while reading the recipe
+
+
+@pytest.mark.parametrize("recipe, key, value, expected", [
+    ("dpo.yaml", "learning_rate", "0", "must be a positive number"),
+    ("dpo.yaml", "learning_rate", "-1e-5", "must be a positive number"),
+    ("dpo.yaml", "beta", "-0.1", "must be a number >= 0"),
+    ("dpo.yaml", "max_steps", "0", "positive number of optimizer steps"),
+    ("dpo.yaml", "per_device_train_batch_size", "0", "at least 1"),
+    ("dpo.yaml", "num_train_epochs", "0", "positive number of epochs"),
+    ("dpo.yaml", "eval_fraction", "1.5", "a fraction in [0, 1)"),
+    ("dpo.yaml", "num_samples", "0", "at least 1 row"),
+    ("dpo.yaml", "warmup_steps", "-3", "a number >= 0"),
+    ("cdpo.yaml", "label_smoothing", "0.7", "a fraction in [0, 0.5)"),
+    ("grpo.yaml", "temperature", "0", "positive sampling temperature"),
+    ("grpo.yaml", "top_p", "1.5", "a probability in (0, 1]"),
+    ("grpo.yaml", "epsilon", "0", "a positive clip range"),
+    ("ppo.yaml", "lam", "1.2", "a GAE lambda in [0, 1]"),
+    ("preference_rm.yaml", "learning_rate", "nan", "must be a positive number"),
+])
+def test_out_of_range_values_are_errors_naming_the_key(recipe, key, value, expected):
+    with pytest.raises(RecipeError) as e:
+        load_recipe([str(RECIPES / recipe), "--profile", "tiny", f"--{key}", value])
+    assert str(e.value).startswith(f"command line: `{key}` must be") and expected in str(e.value)
+
+
+def test_a_key_set_twice_in_a_recipe_is_an_error(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("algorithm: dpo\nbeta: 0.1\nlearning_rate: 1.0e-6\nbeta: 0.2\n")
+    with pytest.raises(RecipeError, match=r"twice.yaml: key `beta` is set twice \(lines 2 and 4\); keep one"):
+        load_recipe([str(path)])
+
+
+def test_a_misspelt_dataset_adapter_gets_a_suggestion():
+    with pytest.raises(RecipeError, match="unknown dataset `ultrafedback`. Did you mean `ultrafeedback`"):
+        load_recipe(dpo("--dataset", "ultrafedback"))
+
+
+# --------------------------------------------------------------------------------------
+# Bad data, bad model paths, bad reward models: found before anything loads, folder untouched
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
+            "rejected": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Go away."}]}
+
+
+@pytest.mark.parametrize("case, content, expected", [
+    ("missing", None, "no such file"),
+    ("empty", "", "is empty"),
+    ("not json", '{"prompt": "a", \n', "line 1 is not valid JSON"),
+    ("missing column", json.dumps({"prompt": "a", "chosen": []}) + "\n", "missing column(s) rejected"),
+    ("wrong type", json.dumps({**GOOD_ROW, "prompt": 3}) + "\n", "`prompt` must be a non-empty string"),
+    ("bad second row", json.dumps(GOOD_ROW) + "\n" + json.dumps({**GOOD_ROW, "chosen": "text"}) + "\n",
+     "line 2: column `chosen` must be a list"),
+])
+def test_bad_data_files_are_one_line_errors_and_leave_no_folder(tmp_path, capsys, case, content, expected):
+    data = tmp_path / "data.jsonl"
+    if content is not None:
+        data.write_text(content)
+    out = tmp_path / "run"
+    line = fails(capsys, *dpo("--data_files", str(data), "--output_dir", str(out)))
+    assert "`data_files`" in line and expected in line, line
+    assert not out.exists()
+
+
+def _model_folder(tmp_path: Path, *files: str) -> str:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("{}")
+    return str(folder)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ((), "has no config.json"),
+    (("config.json",), "has no weights"),
+    (("config.json", "model.safetensors"), "has no tokenizer files"),
+])
+def test_incomplete_model_folders_are_named(tmp_path, capsys, files, expected):
+    line = fails(capsys, *dpo("--model_name_or_path", _model_folder(tmp_path, *files),
+                              "--output_dir", str(tmp_path / "run")))
+    assert "`model_name_or_path`" in line and expected in line
+
+
+def test_missing_model_folder_and_uncached_hub_model_offline(tmp_path, capsys, monkeypatch):
+    line = fails(capsys, *dpo("--model_name_or_path", "./no/such/model", "--output_dir", str(tmp_path / "a")))
+    assert "no such model folder ./no/such/model" in line
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+    line = fails(capsys, *dpo("--model_name_or_path", "nobody/not-a-model", "--output_dir", str(tmp_path / "b")))
+    assert "is not in the local model cache and HF_HUB_OFFLINE is set" in line and "huggingface-cli download" in line
+
+
+def test_a_missing_reward_model_is_found_before_the_policy_loads(tmp_path, capsys):
+    line = fails(capsys, str(RECIPES / "hh_grpo.yaml"), "--profile", "tiny", "--reward_funcs",
+                 f"rm:{tmp_path / 'no-rm'}", "--output_dir", str(tmp_path / "run"))
+    assert "`reward_funcs`" in line and "no-rm`: no such folder" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_misspelt_reward_function_is_an_error_with_a_suggestion(tmp_path, capsys):
+    line = fails(capsys, str(RECIPES / "grpo.yaml"), "--profile", "tiny", "--reward_funcs",
+                 "correctnes_reward,format_reward", "--output_dir", str(tmp_path / "run"))
+    assert "correctnes_reward" in line and "Did you mean `correctness_reward`" in line
+
+
+# --------------------------------------------------------------------------------------
+# The issue's reproductions: overwrite, the printed resume command, resume with changes, manifests
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory):
+    """A tiny DPO run of 6 steps with a checkpoint every 2."""
+    out = tmp_path_factory.mktemp("six") / "run"
+    run_recipe("dpo.yaml", out, "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2")
+    return out
+
+
+def test_overwrite_removes_the_old_runs_checkpoints(six_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out)
+    results = run_recipe("dpo.yaml", out, "--max_steps", "2", "--overwrite")
+    assert results["steps"] == 2 and not list(out.glob("checkpoint-*"))
+    assert not list(tmp_path.glob(".run.overwritten*"))  # deleted once the new run started
+    # Nothing old is left to resume from: --resume refuses instead of training past the old checkpoint.
+    assert run_recipe("dpo.yaml", out, "--max_steps", "2", "--resume", expect=2) == results
+
+
+def test_an_overwrite_whose_start_fails_puts_the_old_run_back(six_steps, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    # The data is broken in a way only the full load finds (a row past the first 200 checked up front).
+    rows = [json.dumps(GOOD_ROW)] * 210 + [json.dumps({**GOOD_ROW, "prompt": ""})]
+    data = _write(tmp_path / "late-bad.jsonl", "\n".join(rows) + "\n")
+    assert train(dpo("--output_dir", str(out), "--overwrite", "--data_files", data, "--num_samples", "300")) == 2
+    assert "row 210" in capsys.readouterr().err
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    assert json.loads((out / "final_results.json").read_text())["steps"] == 6
+
+
+def test_the_printed_resume_command_works_for_tiny_runs(six_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6", "final_results.json"))
+    # Exactly what an interrupted run prints: recipes/run.py <output_dir>/config.yaml --resume
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    results = json.loads((out / "final_results.json").read_text())
+    assert results["steps"] == 6 and results["status"] == "finished"
+    assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_refuses_a_changed_setting_and_records_an_allowed_one(six_steps, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    config = (out / "config.yaml").read_text()
+    line = fails(capsys, str(out / "config.yaml"), "--resume", "--learning_rate", "1e-3", "--beta", "0.5")
+    assert "`beta` 0.1 -> 0.5" in line and "`learning_rate` 5e-06 -> 0.001" in line and "--allow_changes" in line
+    assert (out / "config.yaml").read_text() == config  # the refused resume changed nothing
+    # Harmless keys may change without a flag.
+    assert train([str(out / "config.yaml"), "--resume", "--logging_steps", "2"]) == 0
+    shutil.rmtree(out)
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    assert train([str(out / "config.yaml"), "--resume", "--learning_rate", "1e-3", "--allow_changes"]) == 0
+    import yaml
+
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["learning_rate"] == 1e-3
+    assert saved["resumed_with_changes"] == [{"step": 4, "key": "learning_rate", "old": 5e-6, "new": 1e-3}]
+
+
+@pytest.mark.parametrize("lost", ["optimizer.pt", "model.safetensors"])
+def test_resume_skips_a_checkpoint_missing_a_file_to_the_previous_complete_one(six_steps, tmp_path, lost, caplog):
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out)
+    (out / "checkpoint-6" / lost).unlink()
+    (out / "final_results.json").unlink()
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    assert f"skipping {out / 'checkpoint-6'}: {lost} is missing" in caplog.text
+    reference = {r["step"]: r["loss"] for r in read_metrics(six_steps) if "loss" in r}
+    resumed = {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
+    assert resumed == pytest.approx(reference, rel=1e-4)  # steps 5-6 trained again from checkpoint-4, same losses
+
+
+def test_manifest_lists_every_file_and_catches_truncation(tmp_path):
+    folder = tmp_path / "checkpoint-3"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.bin").write_bytes(b"x" * 10)
+    (folder / "sub" / "b.json").write_text("{}")
+    assert incomplete_reason(folder) == "no manifest (its save did not finish)"
+    write_manifest(folder, 3)
+    assert json.loads((folder / MANIFEST).read_text()) == {"step": 3, "files": {"a.bin": 10, "sub/b.json": 2}}
+    assert incomplete_reason(folder) is None
+    (folder / "a.bin").write_bytes(b"x" * 4)
+    assert incomplete_reason(folder) == "a.bin has 4 bytes, the manifest says 10"
+    newer = tmp_path / "checkpoint-5"
+    newer.mkdir()
+    point = find_resumable_checkpoint(tmp_path)
+    assert point.checkpoint is None and [p.name for p, _ in point.skipped] == ["checkpoint-5", "checkpoint-3"]
+
+
+# --------------------------------------------------------------------------------------
+# Health: divergence is reported as it happens, and can stop the run
+
+
+def test_an_exploding_loss_is_reported_and_stops_the_run_when_asked(tmp_path):
+    out = tmp_path / "run"
+    results = run_recipe("dpo.yaml", out, "--learning_rate", "10", "--max_steps", "8", "--stop_on_health_warning",
+                         expect=3)
+    assert results["status"] == "stopped" and results["steps"] < 8
+    assert results["stopped_because"].startswith("loss_exploded at step")
+    flagged = [r for r in read_metrics(out) if r.get("health/loss_exploded") == 1.0]
+    assert flagged and flagged[0]["loss"] > 10 * 0.6931
+
+
+def test_health_callback_flags_vanishing_gradients_and_raises_on_nan():
+    from transformers import TrainerControl, TrainerState
+
+    from rlhf_recipes.callbacks import HealthCallback
+
+    health, state, control = HealthCallback(), TrainerState(), TrainerControl()
+    for step, (loss, grad) in enumerate([(0.7, 1.0), (0.6, 0.5), (0.5, 0.0)], start=1):
+        state.global_step = step
+        logs = {"loss": loss, "grad_norm": grad}
+        health.on_log(None, state, control, logs=logs)
+    assert logs.get("health/zero_grad_norm") == 1.0 and not control.should_training_stop
+    quiet = {"loss": 0.5, "grad_norm": 0.0}  # the loss did not move: no warning
+    health.on_log(None, state, control, logs=quiet)
+    assert "health/zero_grad_norm" not in quiet
+    with pytest.raises(FloatingPointError, match="loss is nan at step 3"):
+        health.on_log(None, state, control, logs={"loss": float("nan")})
