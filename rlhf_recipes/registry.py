@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, sft_metrics
-
-if TYPE_CHECKING:
-    from rlhf_recipes.families.base import Family
 
 
 @dataclass(frozen=True)
@@ -60,8 +57,9 @@ def import_object(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def family_of(algorithm: Algorithm) -> Family:
-    """The family object (rlhf_recipes/families/<family>.py `FAMILY`), imported on first use."""
+def family_of(algorithm: Algorithm) -> Any:
+    """The family object (rlhf_recipes/families/<family>.py `FAMILY`, a families.base.Family), imported on
+    first use."""
     return importlib.import_module(f"rlhf_recipes.families.{algorithm.family}").FAMILY
 
 

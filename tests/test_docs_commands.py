@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = ["README.md", "docs/direct_alignment.md", "docs/policy_gradients.md", "docs/reward_models.md",
-        "docs/pipelines.md", "docs/tools.md"]
+DOCS = ["README.md", "docs/sft.md", "docs/direct_alignment.md", "docs/policy_gradients.md",
+        "docs/reward_models.md", "docs/pipelines.md", "docs/tools.md"]
 RUNNABLE_MARK = "runs as written"
 SKIP_BLOCK = "<!-- not run by tests/test_docs_commands.py"
 TIMEOUT_S = 300
@@ -157,6 +157,11 @@ def test_named_recipes_exist_and_every_recipe_is_in_the_readme():
     readme = _doc_text("README.md")
     unnamed = sorted(p.name for p in (REPO / "recipes").glob("*.yaml") if f"recipes/{p.name}" not in readme)
     assert not unnamed, f"README.md does not name these recipes: {unnamed}"
+
+
+def test_every_docs_page_is_checked():
+    pages = {str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")}
+    assert pages <= set(DOCS), f"add these pages to DOCS (in reading order): {sorted(pages - set(DOCS))}"
 
 
 def test_named_commands_exist():

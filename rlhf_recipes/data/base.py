@@ -14,8 +14,6 @@ from rlhf_recipes.errors import RecipeError
 if TYPE_CHECKING:
     from datasets import Dataset
 
-    from rlhf_recipes.config import Recipe
-
 DROP = "__drop__"  # normalize() returns {DROP: "reason"} for rows without signal
 
 
@@ -33,4 +31,4 @@ class DataSource:
     default_split: str = "train"
     hub_config: str | None = None
     # Procedural sources (reasoning-gym) build their rows instead of reading a file.
-    generate: Callable[["Recipe"], "Dataset"] | None = None
+    generate: Callable[[Any], "Dataset"] | None = None

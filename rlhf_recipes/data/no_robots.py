@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.data.sources import DROP, DataSource
+from rlhf_recipes.data.base import DROP, DataSource
 
 
 def _messages(value: Any) -> list[dict[str, str]]:

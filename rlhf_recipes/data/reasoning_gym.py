@@ -28,8 +28,6 @@ from rlhf_recipes.data.base import DataError, DataSource
 if TYPE_CHECKING:
     from datasets import Dataset
 
-    from rlhf_recipes.config import Recipe
-
 DEFAULT_SYSTEM_PROMPT = "DeepSeekZero"  # the book's: reasoning_gym.utils.SYSTEM_PROMPTS["DeepSeekZero"]
 _KWARGS = {"tasks", "seed"}
 _TASK_KEYS = {"name", "weight", "config"}
@@ -81,7 +79,7 @@ def parse_task_specs(kwargs: dict[str, Any], where: str) -> list[dict[str, Any]]
     return specs
 
 
-def generate(recipe: "Recipe") -> "Dataset":
+def generate(recipe) -> "Dataset":
     from datasets import Dataset
 
     from rewards.reasoning_tasks import composite_dataset, composite_spec

@@ -18,8 +18,6 @@ from rlhf_recipes.data.base import DROP, DataError, DataSource
 if TYPE_CHECKING:
     from datasets import Dataset
 
-    from rlhf_recipes.config import Recipe
-
 FIXTURES = Path(__file__).parent / "fixtures"
 logger = logging.getLogger(__name__)
 
@@ -43,7 +41,7 @@ def _registry() -> dict[str, DataSource]:
 SOURCES: dict[str, DataSource] = _registry()
 
 
-def _read(source: DataSource, recipe: "Recipe") -> tuple["Dataset", str]:
+def _read(source: DataSource, recipe) -> tuple["Dataset", str]:
     from datasets import load_dataset
 
     args = recipe.args
@@ -91,7 +89,7 @@ def normalize_rows(dataset: "Dataset", source: DataSource, where: str, system_pr
     return dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
 
 
-def load_splits(recipe: "Recipe") -> tuple["Dataset", "Dataset | None"]:
+def load_splits(recipe) -> tuple["Dataset", "Dataset | None"]:
     """The recipe's train and (optional) eval datasets, in TRL's columns."""
     args = recipe.args
     if args.dataset not in SOURCES:

@@ -168,7 +168,7 @@ def evaluate_saved(path: str, recipe, split: str = "eval", batch_size: int = 8, 
 
 def _merged_for_scoring(recipe, trainer):
     """The trained model as one network. A LoRA run also saves its merged model to
-    <output_dir>/merged, so evaluate_rm.py and `rm:<output_dir>` rewards load it like a full one."""
+    <output_dir>/merged, so `rlhf-recipes evaluate` and `rm:<output_dir>` rewards load it like a full one."""
     import os
     from pathlib import Path
 

@@ -5,7 +5,7 @@
     rlhf-recipes compare outputs/dpo outputs/ipo outputs/kto
 
 Writes compare.png, compare.txt and compare.json into --out (default: <first run>/compare/)
-and prints the table. The work is done in rlhf_recipes/compare/.
+and prints the table. The work is done in rlhf_recipes/tools/compare/.
 """
 
 from __future__ import annotations

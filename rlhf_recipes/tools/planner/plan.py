@@ -2,7 +2,7 @@
 
 `plan_recipe(argv, launch)` reads the recipe exactly as recipes/run.py does (load_recipe:
 effective batch, LoRA, checkpointing, dtype, lengths, generation settings), the model's shape
-from its config.json, and adds up the terms of rlhf_recipes/planner/memory.py for the
+from its config.json, and adds up the terms of rlhf_recipes/tools/planner/memory.py for the
 algorithm's family:
 
   direct alignment  policy + reference (none for a reference-free loss such as simpo/orpo, none with

@@ -3,7 +3,7 @@
 Where a shape comes from, in this order:
   1. a local directory holding config.json, or a path to a .json file;
   2. `tiny`: the embedded tiny profile's config (built locally, like every tiny run);
-  3. shapes shipped in rlhf_recipes/planner/shapes/<org>--<name>.json: the book's models
+  3. shapes shipped in rlhf_recipes/tools/planner/shapes/<org>--<name>.json: the book's models
      (Qwen/Qwen3-0.6B, Qwen/Qwen3-0.6B-Base, Qwen/Qwen3-1.7B, allenai/OLMo-2-0425-1B(-SFT)),
      their published config.json values, so the planner works offline for every recipe;
   4. the Hub: config.json only (`huggingface_hub.hf_hub_download`), cached like any download.
