@@ -26,7 +26,7 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 def main(argv: list[str] | None = None) -> int:
     quiet_known_noise()
     try:
-        recipe = load_recipe(sys.argv[1:] if argv is None else argv)
+        recipe = load_recipe(sys.argv[1:] if argv is None else argv, construct=False)
         folder = prepare_output_dir(recipe)
         check_inputs(recipe)
         folder.claim(recipe)
@@ -55,6 +55,7 @@ def build(recipe, folder):
     from rlhf_recipes.registry import family_of
 
     family = family_of(recipe.algorithm)
+    recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
     model = family.load_model(recipe, tokenizer)
