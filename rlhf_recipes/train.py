@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         check_inputs(recipe)
         folder.claim(recipe)
     except RecipeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        report_error(e)
         return 2
     configure_reporting(recipe)
     explain_once(recipe)
@@ -39,12 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         trainer, family, interrupt, health = build(recipe, folder)
     except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
         folder.abandon()
-        print(f"error: {e}", file=sys.stderr)
+        report_error(e)
         return 2
     except BaseException:
         folder.abandon()
         raise
     return train_and_report(recipe, folder, trainer, family, interrupt, health)
+
+
+def report_error(error: Exception) -> None:
+    """One line on stderr, from the main process only: under a launcher every rank finds the same mistake."""
+    if is_main_process():
+        print(f"error: {error}", file=sys.stderr)
+    logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error)
 
 
 def build(recipe, folder):
