@@ -13,25 +13,25 @@ not a model download.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import enum
 import os
-import sys
-import types
 import typing
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, read_fields, text
 from rlhf_recipes.data.sources import SOURCES
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
 from rlhf_recipes.validation import check_ranges
 
 PROFILES = ("tiny",)
+MODEL_CONFIG = "trl:ModelConfig"  # model, dtype, attention, LoRA / 4-bit options
 
 # What `--profile tiny` sets for every recipe: the embedded model, fp32 on CPU, a few logged
 # steps, no checkpoints, no remote logging. Families add their own (rlhf_recipes/families/).
@@ -114,16 +114,36 @@ class RecipeArgs:
 
 @dataclass
 class Recipe:
-    """A recipe resolved for one run: the three typed configs plus where they came from."""
+    """A recipe resolved for one run: its typed values, where each came from, and the three configs.
+
+    `model` (TRL's ModelConfig) and `training` (the algorithm's config) are built on first use: that
+    imports TRL, so a run checks its keys, values, data and model paths first, in about a second."""
 
     source: str
     algorithm: Algorithm
     args: RecipeArgs
-    model: Any  # trl.ModelConfig
-    training: Any  # the algorithm's TRL config instance
+    typed: dict[str, dict[str, Any]]  # group (recipe, model, training) -> the values the recipe sets
+    defaults: dict[str, Any]  # the config classes' own defaults, for `value`
     resolved: dict[str, Any]  # flat mapping written to config.yaml (re-runnable)
     world_size: int = 1
     origin: dict[str, str] = field(default_factory=dict)  # key -> where its value came from (for messages)
+
+    @cached_property
+    def model(self):
+        from trl import ModelConfig
+
+        return _construct(ModelConfig, self.typed["model"], self.source)
+
+    @cached_property
+    def training(self):
+        return _construct(import_object(self.algorithm.config_class), self.typed["training"], self.source)
+
+    def value(self, key: str) -> Any:
+        """A setting without building the configs: the recipe's value, else the class default."""
+        for group in self.typed.values():
+            if key in group:
+                return group[key]
+        return self.defaults.get(key)
 
     def where(self, key: str) -> str:
         """`recipes/x.yaml: `key``-style prefix for a message about one key."""
@@ -165,126 +185,6 @@ def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:
     if overrides.get("resume") == "true":
         overrides["resume"] = "latest"
     return path, overrides
-
-
-# ---------------------------------------------------------------------------------------
-# Type checking
-
-
-def _describe(annotation: Any) -> str:
-    if isinstance(annotation, type):
-        return annotation.__name__
-    return str(annotation).replace("typing.", "")
-
-
-def _resolve_hints(cls: type) -> dict[str, Any]:
-    hints: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass):
-            module = sys.modules.get(klass.__module__)
-            try:
-                hints.update(typing.get_type_hints(klass, vars(module) if module else None))
-            except Exception:  # forward refs we cannot resolve: fall back to raw annotations
-                hints.update(getattr(klass, "__annotations__", {}))
-    return hints
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def coerce(value: Any, annotation: Any) -> Any:
-    """Return `value` converted to `annotation`, or raise _Mismatch.
-
-    Strings from the command line (and YAML's `1e-6`, which PyYAML reads as a string) are
-    converted when the field's type says how.
-    """
-    if annotation is Any or annotation is None or isinstance(annotation, (str, typing.ForwardRef)):
-        return value
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        # Only YAML's own spellings of null: "none" is a real value of e.g. report_to.
-        if value is None or (isinstance(value, str) and value in ("null", "~")):
-            if type(None) in args:
-                return None
-        # Try exact matches first so "5" for `int | str` stays an int, not a string.
-        for arg in sorted(args, key=lambda a: a is str):
-            if arg is type(None):
-                continue
-            try:
-                return coerce(value, arg)
-            except _Mismatch:
-                continue
-        raise _Mismatch
-    if origin is typing.Literal:
-        if value in args:
-            return value
-        raise _Mismatch
-    if origin in (list, tuple, typing.List):
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.startswith("[") else [v.strip() for v in value.split(",")]
-            value = parsed
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        inner = args[0] if args else Any
-        return [coerce(v, inner) for v in value]
-    if origin in (dict, typing.Dict) or annotation is dict:
-        if isinstance(value, str):
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError as e:
-                raise _Mismatch from e
-        if not isinstance(value, dict):
-            raise _Mismatch
-        return value
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on", "false", "no", "0", "off"):
-            return value.lower() in ("true", "yes", "1", "on")
-        raise _Mismatch
-    if annotation is int:
-        if isinstance(value, bool):
-            raise _Mismatch
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                try:
-                    f = float(value)
-                except ValueError as e:
-                    raise _Mismatch from e
-                if f.is_integer():
-                    return int(f)
-        raise _Mismatch
-    if annotation is float:
-        if isinstance(value, bool):
-            raise _Mismatch
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError as e:
-                raise _Mismatch from e
-        raise _Mismatch
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise _Mismatch
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        try:
-            return annotation(value)
-        except ValueError as e:
-            raise _Mismatch from e
-    return value
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,8 +238,11 @@ def default_output_dir(path: str, profile: str | None) -> str:
     return str(Path("outputs") / (f"{stem}-{profile}" if profile else stem))
 
 
-def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
-    """Parse `RECIPE.yaml [--KEY VALUE ...]` into a validated Recipe. Loads no model or data."""
+def load_recipe(argv: list[str], world_size: int | None = None, construct: bool = True) -> Recipe:
+    """Parse `RECIPE.yaml [--KEY VALUE ...]` into a validated Recipe. Loads no model or data.
+
+    construct=False leaves the TRL configs to be built on first use (the runner checks data and model
+    paths first); their own validation errors then come as RecipeError from `recipe.training`."""
     path, cli = split_command_line(argv)
     data = read_yaml(path)
     world_size = world_size or world_size_from_env()
@@ -354,18 +257,15 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
             f"Available: {', '.join(sorted(ALGORITHMS))}"
         )
     algorithm = ALGORITHMS[name]
-    config_class = import_object(algorithm.config_class)
     family = family_of(algorithm)
 
-    from trl import ModelConfig
-
-    groups: dict[str, type] = {"recipe": RecipeArgs, "model": ModelConfig, "training": config_class}
-    hints = {g: _resolve_hints(cls) for g, cls in groups.items()}
+    # Fields and types of the three configs, without importing TRL when the schema is cached.
+    schema = {"recipe": read_fields(RecipeArgs), "model": fields_of(MODEL_CONFIG),
+              "training": fields_of(algorithm.config_class)}
     owner: dict[str, str] = {}
-    for g, cls in groups.items():
-        for f in dataclasses.fields(cls):
-            if f.init:
-                owner.setdefault(f.name, g)
+    for g, fields in schema.items():
+        for f in fields:
+            owner.setdefault(f, g)
 
     for key in data:
         if key not in owner:
@@ -414,15 +314,15 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     merged.setdefault("output_dir", default_output_dir(path, profile))
     origin.setdefault("output_dir", "default")
 
-    typed: dict[str, dict[str, Any]] = {g: {} for g in groups}
+    typed: dict[str, dict[str, Any]] = {g: {} for g in schema}
     for key, value in merged.items():
         group = owner[key]
-        annotation = hints[group].get(key, Any)
+        desc = schema[group][key]["type"]
         try:
-            typed[group][key] = coerce(value, annotation)
-        except _Mismatch:
+            typed[group][key] = coerce(value, desc)
+        except Mismatch:
             raise RecipeError(
-                f"{origin[key]}: `{key}` must be {_describe(annotation)}, got {value!r} ({type(value).__name__})"
+                f"{origin[key]}: `{key}` must be {text(desc)}, got {value!r} ({type(value).__name__})"
             ) from None
 
     check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
@@ -440,8 +340,6 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
     family.derive_batch(typed, origin, world_size)
 
     args = _construct(RecipeArgs, typed["recipe"], path)
-    model = _construct(ModelConfig, typed["model"], path)
-    training = _construct(config_class, typed["training"], path)
 
     resolved = {k: _plain(v) for g in ("recipe", "model", "training") for k, v in typed[g].items()}
     if typed["recipe"].get("effective_batch_size") is not None:
@@ -451,10 +349,12 @@ def load_recipe(argv: list[str], world_size: int | None = None) -> Recipe:
         resolved.pop(key, None)  # per-invocation, or derived again from the next launch
     resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
-    return Recipe(
-        source=path, algorithm=algorithm, args=args, model=model, training=training, resolved=resolved,
-        world_size=world_size, origin=origin,
-    )
+    defaults = {k: f["default"] for fields in reversed(schema.values()) for k, f in fields.items() if "default" in f}
+    recipe = Recipe(source=path, algorithm=algorithm, args=args, typed=typed, defaults=defaults, resolved=resolved,
+                    world_size=world_size, origin=origin)
+    if construct:  # tools want every setting checked, TRL's own checks included, before they go on
+        recipe.model, recipe.training  # noqa: B018
+    return recipe
 
 
 def tiny_device_settings() -> dict[str, Any]:
@@ -464,9 +364,11 @@ def tiny_device_settings() -> dict[str, Any]:
     parallel needs `use_cpu` (MULTI_CPU over gloo), while DeepSpeed needs `ddp_backend: gloo`
     WITHOUT `use_cpu` (which would silently turn DeepSpeed off).
     """
+    if world_size_from_env() == 1:
+        return {}
     import torch
 
-    if torch.cuda.is_available() or world_size_from_env() == 1:
+    if torch.cuda.is_available():
         return {}
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     return {"ddp_backend": "gloo", "use_cpu": not deepspeed}

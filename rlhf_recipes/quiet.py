@@ -7,6 +7,7 @@ Each entry is a known, harmless message, with why it is harmless:
 - transformers' `is_gradient_checkpointing` deprecation (raised inside TRL, not by our code);
 - "missing keys ['lm_head.weight']" when a checkpoint of a model with tied input/output embeddings is
   loaded: the head IS the embedding matrix, which was loaded;
+- TRL's "you are importing from trl.experimental" (simpo's CPOTrainer lives there; the docs say so);
 - TRL's deprecation of truncation_mode keep_end: the book cuts from the left, so recipes keep it on
   purpose; `explain_once` below says so once per run instead.
 """
@@ -48,11 +49,12 @@ def quiet_known_noise() -> None:
             logging.getLogger(f"{name}.{child}").addFilter(_Drop(text))
     for pattern in NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # simpo runs TRL's experimental CPOTrainer on purpose
 
 
 def explain_once(recipe) -> None:
     """The one line that replaces a silenced warning which concerns a recipe's own choice."""
-    if getattr(recipe.training, "truncation_mode", None) == "keep_end":
+    if recipe.value("truncation_mode") == "keep_end":
         logging.getLogger("rlhf_recipes").info(
             "truncation_mode keep_end: long examples are cut from the left, as the book does (TRL 1.16 deprecates "
             "this mode; it is kept on purpose)")

@@ -115,7 +115,7 @@ def prepare_output_dir(recipe: Recipe) -> RunFolder:
     """Decide where the run writes and what it resumes from; refuse what would lose or mix runs.
 
     Writes nothing: `RunFolder.claim` does, once the data and model have been checked."""
-    output_dir = Path(recipe.training.output_dir)
+    output_dir = Path(recipe.value("output_dir"))
     resume = recipe.args.resume
     folder = RunFolder(output_dir, resolved=dict(recipe.resolved))
     if resume:
@@ -181,7 +181,7 @@ def configure_reporting(recipe: Recipe) -> None:
     if recipe.args.wandb_mode:
         os.environ["WANDB_MODE"] = recipe.args.wandb_mode
     # wandb's files belong with the run they log (<output_dir>/wandb), even when one process runs several recipes.
-    os.environ["WANDB_DIR"] = str(recipe.training.output_dir)
+    os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
 
 
 def run_callbacks(recipe: Recipe, folder: RunFolder):

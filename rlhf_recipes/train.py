@@ -26,12 +26,12 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 def main(argv: list[str] | None = None) -> int:
     quiet_known_noise()
     try:
-        recipe = load_recipe(sys.argv[1:] if argv is None else argv)
+        recipe = load_recipe(sys.argv[1:] if argv is None else argv, construct=False)
         folder = prepare_output_dir(recipe)
         check_inputs(recipe)
         folder.claim(recipe)
     except RecipeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        report_error(e)
         return 2
     configure_reporting(recipe)
     explain_once(recipe)
@@ -39,12 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         trainer, family, interrupt, health = build(recipe, folder)
     except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
         folder.abandon()
-        print(f"error: {e}", file=sys.stderr)
+        report_error(e)
         return 2
     except BaseException:
         folder.abandon()
         raise
     return train_and_report(recipe, folder, trainer, family, interrupt, health)
+
+
+def report_error(error: Exception) -> None:
+    """One line on stderr, from the main process only: under a launcher every rank finds the same mistake."""
+    if is_main_process():
+        print(f"error: {error}", file=sys.stderr)
+    logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error)
 
 
 def build(recipe, folder):
@@ -55,6 +62,7 @@ def build(recipe, folder):
     from rlhf_recipes.registry import family_of
 
     family = family_of(recipe.algorithm)
+    recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
     model = family.load_model(recipe, tokenizer)

@@ -212,8 +212,16 @@ def check_inputs(recipe) -> None:
     args = recipe.args
     if args.data_files and args.dataset in SOURCES:
         check_local_data(args.data_files, SOURCES[args.dataset], recipe.where("data_files"))
-    check_model(recipe.model.model_name_or_path, recipe.where("model_name_or_path"))
-    for spec in getattr(recipe.training, "reward_funcs", None) or []:
+    check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"))
+    names = recipe.value("reward_funcs") or []
+    if names:
+        import rewards
+
+        try:
+            rewards.check_names(list(names))
+        except ValueError as e:
+            raise RecipeError(f"{recipe.where('reward_funcs')}: {e}") from None
+    for spec in names:
         if isinstance(spec, str) and spec.startswith(RM_PREFIX):
             check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
 

@@ -4,6 +4,7 @@ always says exactly what ran (overwrite, resume, failed starts, checkpoint manif
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -66,6 +67,34 @@ def test_a_key_set_twice_in_a_recipe_is_an_error(tmp_path):
 def test_a_misspelt_dataset_adapter_gets_a_suggestion():
     with pytest.raises(RecipeError, match="unknown dataset `ultrafedback`. Did you mean `ultrafeedback`"):
         load_recipe(dpo("--dataset", "ultrafedback"))
+
+
+def test_a_key_error_is_found_without_importing_torch_or_trl(tmp_path):
+    """What makes a mistake cost a second: once the config schemas are cached, the check imports neither
+    torch, transformers nor TRL (they take ~6 s). A structural check, not a timing."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RLHF_RECIPES_CACHE": str(tmp_path / "cache")}
+    probe = ("import sys; from rlhf_recipes.train import main; code = main([%r, '--profile', 'tiny', "
+             "'--learnig_rate', '1']); print(code, sorted(m for m in ('torch', 'transformers', 'trl') "
+             "if m in sys.modules))" % str(RECIPES / "grpo.yaml"))
+    runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=600) for _ in range(2)]  # the first builds the cache (and imports TRL to)
+    assert runs[0].stdout.split()[0] == "2" and "Did you mean `learning_rate`" in runs[0].stderr
+    assert runs[1].stdout.strip() == "2 []", runs[1].stdout + runs[1].stderr[-2000:]
+    assert "Did you mean `learning_rate`" in runs[1].stderr
+
+
+def test_cached_schemas_equal_the_config_classes():
+    """The schema read from the cache is the one the classes give (types, defaults) for every algorithm."""
+    from rlhf_recipes.config_schema import fields_of, read_fields
+    from rlhf_recipes.registry import ALGORITHMS, import_object
+
+    for algorithm in ALGORITHMS.values():
+        first = fields_of(algorithm.config_class)  # built (or read) once ...
+        assert fields_of(algorithm.config_class) == first  # ... then read back from the cache
+        assert json.loads(json.dumps(read_fields(import_object(algorithm.config_class)))) == first
 
 
 # --------------------------------------------------------------------------------------
