@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 
-ESTIMATORS = ("raw", "rloo", "zscore", "center", "maxrl")
 BOOK_STD_EPS = 1e-8  # the book's eps in the z-score; TRL uses 1e-4
 
 
@@ -76,21 +75,22 @@ def maxrl_advantages(binary_rewards: torch.Tensor, group_size: int) -> torch.Ten
 
 def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, eps: float = BOOK_STD_EPS) -> torch.Tensor:
     """Dispatch on the estimator's name (see the module docstring)."""
-    rewards = rewards.float()
-    if name == "raw":
-        return raw_advantages(rewards)
-    if name == "rloo":
-        return rloo_advantages(rewards, group_size)
-    if name == "zscore":
-        return zscore_advantages(rewards, group_size, eps)
-    if name == "center":
-        return centered_advantages(rewards, group_size)
-    if name == "maxrl":
-        return maxrl_advantages(rewards, group_size)
-    raise ValueError(f"unknown advantage estimator `{name}`; choose one of {ESTIMATORS}")
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator `{name}`; choose one of {tuple(ESTIMATORS)}")
+    return ESTIMATORS[name](rewards.float(), group_size, eps)
 
 
 def groups_with_contrast(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """(N / G,) bool: True where a group's rewards are not all equal (it carries a learning signal)."""
     g = grouped(rewards, group_size)
     return (g != g[:, :1]).any(dim=1)
+
+
+# name -> f(rewards, group_size, eps): the `advantage_estimator` option's values
+ESTIMATORS = {
+    "raw": lambda rewards, group_size, eps: raw_advantages(rewards),
+    "rloo": lambda rewards, group_size, eps: rloo_advantages(rewards, group_size),
+    "zscore": zscore_advantages,
+    "center": lambda rewards, group_size, eps: centered_advantages(rewards, group_size),
+    "maxrl": lambda rewards, group_size, eps: maxrl_advantages(rewards, group_size),
+}

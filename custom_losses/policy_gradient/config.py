@@ -17,9 +17,11 @@ import rewards
 from custom_losses.policy_gradient.advantages import ESTIMATORS
 from custom_losses.policy_gradient.objectives import KL_ESTIMATORS
 
-BOOK_OBJECTIVES = ("policy_gradient", "cispo")
+# book_objective -> whether it clips an importance weight (then its clip ratio is logged)
+BOOK_OBJECTIVES = {"policy_gradient": False, "cispo": True}
 # TRL loss types whose aggregation the book's KL term (and our own objectives) can follow.
-KL_AGGREGATIONS = ("grpo", "sapo", "bnpo", "dr_grpo")
+# TRL loss_type -> how a KL term in the loss is aggregated, as that loss_type aggregates its own terms
+KL_AGGREGATIONS = {"grpo": "seq_mean", "sapo": "seq_mean", "bnpo": "token_mean", "dr_grpo": "constant"}
 OBJECTIVE_AGGREGATIONS = {"grpo": "seq_mean", "bnpo": "token_mean"}
 FROZEN_DTYPES = ("float32", "bfloat16", "float16")  # for the reference and reward models
 
@@ -39,7 +41,7 @@ class BookGRPOConfig(GRPOConfig):
     )
     advantage_estimator: str = field(
         default="zscore",
-        metadata={"help": f"One of {ESTIMATORS} (custom_losses/policy_gradient/advantages.py), or 'trl' to keep "
+        metadata={"help": f"One of {tuple(ESTIMATORS)} (custom_losses/policy_gradient/advantages.py), or 'trl' to keep "
                   "GRPOTrainer's own advantages (scale_rewards, std eps 1e-4)."},
     )
     advantage_eps: float = field(
@@ -52,7 +54,7 @@ class BookGRPOConfig(GRPOConfig):
     )
     book_objective: str | None = field(
         default=None,
-        metadata={"help": f"null: TRL's loss_type computes the objective. Else one of {BOOK_OBJECTIVES}: "
+        metadata={"help": f"null: TRL's loss_type computes the objective. Else one of {tuple(BOOK_OBJECTIVES)}: "
                   "'policy_gradient' = -logp * A (REINFORCE, RLOO, MaxRL); 'cispo' = -sg(clip(r, 1-epsilon, "
                   "1+epsilon_high)) * A * logp."},
     )
@@ -147,8 +149,8 @@ class BookGRPOConfig(GRPOConfig):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
-        one_of("advantage_estimator", self.advantage_estimator, ESTIMATORS + ("trl",))
-        one_of("book_objective", self.book_objective, BOOK_OBJECTIVES + (None,))
+        one_of("advantage_estimator", self.advantage_estimator, (*ESTIMATORS, "trl"))
+        one_of("book_objective", self.book_objective, (*BOOK_OBJECTIVES, None))
         one_of("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         one_of("nonfinite_loss", self.nonfinite_loss, ("skip", "error"))
         one_of("ref_dtype", self.ref_dtype, FROZEN_DTYPES + (None,))
@@ -170,7 +172,7 @@ class BookGRPOConfig(GRPOConfig):
         kl_in_loss = self.beta != 0 and not self.kl_in_reward
         if kl_in_loss and self.book_objective is None and self.loss_type not in KL_AGGREGATIONS:
             raise ValueError(f"a KL term in the loss (beta {self.beta}) is supported with loss_type in "
-                             f"{KL_AGGREGATIONS}, not {self.loss_type!r}")
+                             f"{tuple(KL_AGGREGATIONS)}, not {self.loss_type!r}")
         if self.kl_in_reward and self.advantage_estimator == "trl":
             raise ValueError("kl_in_reward needs our advantage step: set advantage_estimator (e.g. raw or rloo), "
                              "not 'trl'")

@@ -45,7 +45,9 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from custom_losses.policy_gradient.advantages import compute_advantages, groups_with_contrast
-from custom_losses.policy_gradient.config import BookGRPOConfig
+from custom_losses.policy_gradient.config import (
+    BOOK_OBJECTIVES, KL_AGGREGATIONS, OBJECTIVE_AGGREGATIONS, BookGRPOConfig,
+)
 from custom_losses.policy_gradient.dynamic_sampling import DynamicSamplingMixin
 from custom_losses.policy_gradient.health import RolloutMonitorMixin, check_logprobs
 from custom_losses.policy_gradient.objectives import (
@@ -309,11 +311,12 @@ class BookGRPOTrainer(DynamicSamplingMixin, RolloutMonitorMixin, GRPOTrainer):
     def _kl_loss_term(self, inputs, beta: float, aggregation: str) -> torch.Tensor:
         logps, mask = self._last_logps, self._loss_mask(inputs)
         kl = kl_estimate(logps, inputs["ref_per_token_logps"], self.args.kl_estimator)
-        if aggregation in ("grpo", "sapo"):
+        how = KL_AGGREGATIONS[aggregation]
+        if how == "seq_mean":
             term = seq_mean(kl, mask)
-        elif aggregation == "bnpo":
+        elif how == "token_mean":
             term = token_mean(kl, mask)
-        else:  # dr_grpo: TRL's constant divisor
+        else:  # TRL's dr_grpo: a constant divisor
             term = (kl * mask).sum() / (kl.size(0) * self.max_completion_length)
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["kl"].append(self._global_masked_mean(kl, mask))
@@ -331,19 +334,19 @@ class BookGRPOTrainer(DynamicSamplingMixin, RolloutMonitorMixin, GRPOTrainer):
         advantages = inputs["advantages"]
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
-        if self.args.book_objective == "policy_gradient":
-            per_token = policy_gradient_loss(logps, advantages)
-        else:  # cispo
+        if BOOK_OBJECTIVES[self.args.book_objective]:  # CISPO: a clipped, stopped-gradient weight
             per_token = cispo_loss(logps, old, advantages, self.epsilon_low, self.epsilon_high)
+        else:
+            per_token = policy_gradient_loss(logps, advantages)
         mode = "train" if self.model.training else "eval"
         if self.beta != 0.0 and not self.args.kl_in_reward:
             kl = kl_estimate(logps, inputs["ref_per_token_logps"], self.args.kl_estimator)
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append(self._global_masked_mean(kl, mask))
-        aggregate = seq_mean if self.loss_type == "grpo" else token_mean
+        aggregate = seq_mean if OBJECTIVE_AGGREGATIONS[self.loss_type] == "seq_mean" else token_mean
         loss = aggregate(per_token, mask)
         self._metrics[mode]["entropy"].append(self._global_masked_mean(entropies, mask))
-        if self.args.book_objective == "cispo":
+        if BOOK_OBJECTIVES[self.args.book_objective]:
             ratio = torch.exp(logps.detach() - old)
             clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
             self._metrics[mode]["cispo_clip_ratio"].append(self._global_masked_mean(clipped.float(), mask))
