@@ -190,6 +190,21 @@ def check_hub_model(name: str, flag: str) -> None:
                       f"reachable (huggingface-cli download {name}) and copy the cache, or pass a local folder")
 
 
+def check_hub_dataset(hub_id: str, flag: str) -> None:
+    """A hub dataset: fine online; offline (or unreachable) it must already be in the local hub cache."""
+    offline = os.environ.get("HF_DATASETS_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0")).lower() in ("1", "true")
+    if not offline and hub_reachable():
+        return
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if (Path(HF_HUB_CACHE) / f"datasets--{hub_id.replace('/', '--')}").is_dir():
+        return
+    why = "the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)" if offline else \
+        "the Hugging Face hub cannot be reached from this machine"
+    raise RecipeError(f"{flag}: dataset `{hub_id}` is not in the local cache and {why}. Download it where the hub "
+                      f"is reachable, or give a local file in the same schema with --data_files")
+
+
 def check_model(name: str | None, flag: str, chat_template: bool = False) -> None:
     if name is None:
         raise RecipeError(f"{flag}: no model given; set `model_name_or_path` to a hub id or a saved model folder")
@@ -210,8 +225,12 @@ def check_inputs(recipe) -> None:
     from rlhf_recipes.data.sources import SOURCES
 
     args = recipe.args
-    if args.data_files and args.dataset in SOURCES:
-        check_local_data(args.data_files, SOURCES[args.dataset], recipe.where("data_files"))
+    source = SOURCES.get(args.dataset)
+    if args.data_files and source is not None:
+        check_local_data(args.data_files, source, recipe.where("data_files"))
+    elif source is not None and source.generate is None and not recipe.tiny:
+        check_hub_dataset(args.dataset_name or source.hub_id, recipe.where("dataset_name" if args.dataset_name
+                                                                          else "dataset"))
     check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"))
     names = recipe.value("reward_funcs") or []
     if names:
