@@ -217,6 +217,30 @@ def check_model(name: str | None, flag: str, chat_template: bool = False) -> Non
 
 
 # --------------------------------------------------------------------------------------
+# Optional packages
+
+
+def check_extras(recipe) -> None:
+    """A feature whose package is an optional extra (pyproject.toml) that is not installed."""
+    import importlib.util
+
+    needs = []
+    if recipe.value("load_in_4bit") or recipe.value("load_in_8bit"):
+        needs.append(("bitsandbytes", "qlora", recipe.where("load_in_4bit" if recipe.value("load_in_4bit")
+                                                            else "load_in_8bit")))
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        needs.append(("deepspeed", "deepspeed", "the accelerate config (DeepSpeed)"))
+    report_to = recipe.value("report_to") or []
+    if "wandb" in ([report_to] if isinstance(report_to, str) else report_to):
+        needs.append(("wandb", None, recipe.where("report_to")))
+    for package, extra, where in needs:
+        if importlib.util.find_spec(package) is None:
+            fix = f'pip install "rlhf-recipes[{extra}]"' if extra else f"pip install {package}"
+            raise RecipeError(f"{where}: needs the package `{package}`, which is not installed. Install it with "
+                              f"{fix}")
+
+
+# --------------------------------------------------------------------------------------
 # All of it, for one recipe
 
 
@@ -225,6 +249,7 @@ def check_inputs(recipe) -> None:
     from rlhf_recipes.data.sources import SOURCES
 
     args = recipe.args
+    check_extras(recipe)
     source = SOURCES.get(args.dataset)
     if args.data_files and source is not None:
         check_local_data(args.data_files, source, recipe.where("data_files"))
