@@ -294,3 +294,12 @@ def test_health_callback_flags_vanishing_gradients_and_raises_on_nan():
     assert "health/zero_grad_norm" not in quiet
     with pytest.raises(FloatingPointError, match="loss is nan at step 3"):
         health.on_log(None, state, control, logs={"loss": float("nan")})
+
+
+def test_a_feature_whose_extra_is_missing_names_the_extra(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    line = fails(capsys, *dpo("--load_in_4bit", "true", "--output_dir", str(tmp_path / "run")))
+    assert "`load_in_4bit`: needs the package `bitsandbytes`" in line and 'pip install "rlhf-recipes[qlora]"' in line
