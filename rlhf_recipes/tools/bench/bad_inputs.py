@@ -89,7 +89,7 @@ CASES: tuple[Case, ...] = (
     Case("rewards", "rm: reward model missing", _tiny("hh_grpo.yaml", "--reward_funcs", "rm:{s}/no-rm")),
     Case("rewards", "reward weights of the wrong length", _tiny("grpo.yaml", "--reward_weights", "1,2,3,4,5")),
     # Runs
-    Case("runs", "second run into a folder that holds one", _tiny("dpo.yaml", "--max_steps", "1")),
+    Case("runs", "second run into a folder that holds one", _tiny("dpo.yaml", "--output_dir", "{s}/existing")),
     Case("runs", "--resume with no checkpoint", _tiny("dpo.yaml", "--resume")),
     Case("runs", "--resume and --overwrite together", _tiny("dpo.yaml", "--resume", "--overwrite")),
     Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
@@ -118,8 +118,8 @@ def make_scratch(folder: Path) -> None:
     (folder / "no-tokenizer").mkdir()
     write("no-tokenizer/config.json", "{}")
     write("no-tokenizer/model.safetensors", "")
-    (folder / "out").mkdir()
-    write("out/config.yaml", "algorithm: dpo\n")  # a folder that already holds a run
+    (folder / "existing").mkdir()
+    write("existing/config.yaml", "algorithm: dpo\n")  # a folder that already holds a run
 
 
 def judge(code: int, stderr: str, expect: int) -> str:
