@@ -85,6 +85,19 @@ def test_kto_reference_point_and_weights():
     assert kl0.item() == 0.0
 
 
+def test_kto_single_pair_reference_point_is_the_mean_of_both_log_ratios():
+    """The book: one pair in the micro-batch -> KL = clamp(mean(lr_c, lr_r), min 0), not clamp(lr_r)."""
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    loss, kl = kto_loss(torch.tensor([3.0]), torch.tensor([-1.0]), beta=0.5)
+    assert kl.item() == pytest.approx(1.0)  # (3 - 1) / 2; the rejected one alone would clamp to 0
+    assert loss.item() == pytest.approx((1 - sig(0.5 * (3.0 - 1.0))) + (1 - sig(0.5 * (1.0 + 1.0))), rel=1e-6)
+    _, kl0 = kto_loss(torch.tensor([-3.0]), torch.tensor([1.0]), beta=0.5)
+    assert kl0.item() == 0.0  # mean -1: clamped
+    # Two pairs or more: the rejected ones only.
+    _, kl2 = kto_loss(torch.tensor([3.0, 5.0]), torch.tensor([-1.0, 2.0]), beta=0.5)
+    assert kl2.item() == pytest.approx(0.5)
+
+
 def test_kto_reference_point_carries_no_gradient():
     lr_c = torch.tensor([1.0, 2.0], requires_grad=True)
     lr_r = torch.tensor([0.5, 1.5], requires_grad=True)

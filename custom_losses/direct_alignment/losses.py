@@ -80,10 +80,16 @@ def kto_loss(
     """Paired KTO, as the book runs it. Returns (scalar loss, KL reference point).
 
     KL = clamp(mean(lr_r), min=0), detached: the batch's rejected log-ratios stand in for
-    the unrelated-completion KL estimate, so no extra forward pass is needed.
+    the unrelated-completion KL estimate, so no extra forward pass is needed. With a single
+    pair in the micro-batch the book falls back to the mean over BOTH log-ratios,
+    KL = clamp(mean([lr_c, lr_r]), min=0).
     loss = w_d * mean(1 - sigmoid(beta (lr_c - KL))) + w_u * mean(1 - sigmoid(beta (KL - lr_r))).
     """
-    kl = rejected_logratios.detach().mean().clamp(min=0)
+    if rejected_logratios.numel() > 1:
+        kl_logratios = rejected_logratios
+    else:
+        kl_logratios = torch.cat([chosen_logratios.reshape(-1), rejected_logratios.reshape(-1)])
+    kl = kl_logratios.detach().mean().clamp(min=0)
     chosen = 1 - torch.sigmoid(beta * (chosen_logratios - kl))
     rejected = 1 - torch.sigmoid(beta * (kl - rejected_logratios))
     return desirable_weight * chosen.mean() + undesirable_weight * rejected.mean(), kl
