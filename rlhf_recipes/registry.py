@@ -67,7 +67,6 @@ def family_of(algorithm: Algorithm) -> Family:
 
 # --- Class paths: each trainer's written once ----------------------------------------------
 _TRL_DPO = dict(config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer")
-_TRL_CPO = dict(config_class="trl.experimental.cpo:CPOConfig", trainer_class="trl.experimental.cpo:CPOTrainer")
 _BOOK_DPO = dict(config_class="custom_losses.direct_alignment.config:BookDPOConfig",
                  trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer")
 _BOOK_GRPO = dict(config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
@@ -138,11 +137,12 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"book_loss": "ipo"},
         ),
         Algorithm(
-            # TRL's CPOTrainer: no reference model; it materializes (T, V) logits (DPO/BookDPO/GRPO use the
-            # fused head); its rewards/margins are beta * (avg_c - avg_r), the book logs avg_c - avg_r.
-            "simpo", **_direct_alignment(_TRL_CPO, beta=2.0, margins_times_beta=True),
+            # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
+            # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
+            # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
+            "simpo", **_direct_alignment(_BOOK_DPO, beta=2.0, margins_times_beta=True),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization",
-            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, reference_model=False, materializes_full_logits=True,
+            defaults={"book_loss": "simpo"}, reference_model=False,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
@@ -156,14 +156,15 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"book_loss": "kto"},
         ),
         Algorithm(
-            "apo_zero", **_direct_alignment(_TRL_DPO),
+            # BookDPOTrainer: TRL's apo_zero/apo_down add a constant 1 to the logged loss.
+            "apo_zero", **_direct_alignment(_BOOK_DPO),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
-            defaults={"loss_type": ["apo_zero"]},
+            defaults={"book_loss": "apo_zero"},
         ),
         Algorithm(
-            "apo_down", **_direct_alignment(_TRL_DPO),
+            "apo_down", **_direct_alignment(_BOOK_DPO),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
-            defaults={"loss_type": ["apo_down"]},
+            defaults={"book_loss": "apo_down"},
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
         # One config and trainer (custom_losses/policy_gradient/) for all nine but PPO; `defaults` are

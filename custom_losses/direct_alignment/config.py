@@ -17,6 +17,11 @@ class BookDPOConfig(DPOConfig):
         default="dpo",
         metadata={"help": f"Which book loss to use: {', '.join(BOOK_LOSSES)}. Replaces `loss_type`."},
     )
+    gamma_beta_ratio: float = field(
+        default=0.5,
+        metadata={"help": "SimPO: the target margin as a gamma/beta ratio (the book's and the SimPO paper's "
+                  "`gamma`, 0.5); the loss shifts beta * (a_c - a_r) by gamma_beta_ratio * beta."},
+    )
     desirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the chosen (desirable) term."})
     undesirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the rejected term."})
 
