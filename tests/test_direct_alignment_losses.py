@@ -248,3 +248,51 @@ def test_simpo_cuts_a_long_pair_from_the_left_keeping_the_response(tmp_path):
     assert ids[0, 0].item() == prompt[4]  # the prompt's start was cut
     n_r = int(out["attention_mask"][1].sum())
     assert ids[1, n_r - 2:n_r].tolist() == rejected and mask[1].sum().item() == 2
+
+
+# ---------------------------------------------------------------------------------------
+# The book's LR schedule (custom_losses/schedules.py) on every direct-alignment trainer.
+
+DIRECT_ALIGNMENT = ("dpo", "cdpo", "dpo_norm", "ipo", "simpo", "orpo", "kto", "apo_zero", "apo_down")
+
+
+def _lrs(trainer_or_stub, create, steps: int) -> list[float]:
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=trainer_or_stub.args.learning_rate)
+    sched = create(steps, opt)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])  # the LR this optimizer step uses
+        opt.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.parametrize("algorithm", DIRECT_ALIGNMENT)
+def test_every_direct_alignment_recipe_uses_the_books_warmup(algorithm):
+    """W = int(0.1 T); lr (k+1)/(W+1) for k < W (not 0 at the first step: transformers' `linear`), then lr (T-k)/(T-W)."""
+    from types import SimpleNamespace
+
+    from custom_losses.schedules import BookLRScheduleMixin
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.registry import import_object
+
+    recipe = load_recipe([f"recipes/{algorithm}.yaml", "--bf16", "false"])
+    assert issubclass(import_object(recipe.algorithm.trainer_class), BookLRScheduleMixin)
+    args = recipe.training
+    assert args.book_lr_schedule and args.book_lr_shape == "warmup_linear" and args.warmup_steps == 0.1
+    stub = SimpleNamespace(args=args, lr_scheduler=None)
+    T, W, lr = 300, 30, args.learning_rate
+    lrs = _lrs(stub, lambda n, opt: BookLRScheduleMixin.create_scheduler(stub, n, opt), T)
+    assert lrs[0] == pytest.approx(lr / (W + 1))
+    assert lrs[W - 1] == pytest.approx(lr * W / (W + 1))
+    assert lrs[W] == pytest.approx(lr)
+    assert lrs[T - 1] == pytest.approx(lr / (T - W))
+
+
+def test_dpo_trainer_creates_the_books_schedule(tmp_path):
+    """On a real (TRL-native loss) DPO trainer: its create_scheduler is the book's, not transformers' linear."""
+    trainer, *_ = _trainer_and_batch("dpo", tmp_path)
+    T, W, lr = 20, 2, trainer.args.learning_rate
+    lrs = _lrs(trainer, trainer.create_scheduler, T)
+    assert [lrs[0], lrs[1], lrs[2], lrs[-1]] == pytest.approx([lr / 3, 2 * lr / 3, lr, lr / 18])

@@ -1,4 +1,5 @@
-"""BookDPOConfig: DPOConfig plus the choice of one of the book's direct-alignment losses (losses.py)."""
+"""Direct-alignment configs: ScheduledDPOConfig (TRL's DPOConfig + the book's LR schedule option) and
+BookDPOConfig (that + the choice of one of the book's losses, losses.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ from dataclasses import dataclass, field
 from trl import DPOConfig
 
 from custom_losses.direct_alignment.losses import BOOK_LOSSES
+from custom_losses.schedules import BookLRScheduleArguments
 
 
 @dataclass
-class BookDPOConfig(DPOConfig):
+class ScheduledDPOConfig(BookLRScheduleArguments, DPOConfig):
+    """TRL's DPOConfig plus `book_lr_schedule` / `book_lr_shape` (custom_losses/schedules.py)."""
+
+
+@dataclass
+class BookDPOConfig(ScheduledDPOConfig):
     """DPOConfig plus the book's losses that TRL does not compute the same way."""
 
     book_loss: str = field(

@@ -1,4 +1,5 @@
-"""BookDPOTrainer: DPOTrainer whose loss is one of the book's functions (losses.py).
+"""ScheduledDPOTrainer: TRL's DPOTrainer with the book's LR schedule option (custom_losses/schedules.py).
+BookDPOTrainer: that, with one of the book's loss functions (losses.py).
 
 It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
 support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO,
@@ -16,9 +17,14 @@ from custom_losses.direct_alignment.losses import (
     REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss,
     simpo_loss,
 )
+from custom_losses.schedules import BookLRScheduleMixin
 
 
-class BookDPOTrainer(DPOTrainer):
+class ScheduledDPOTrainer(BookLRScheduleMixin, DPOTrainer):
+    """TRL's DPOTrainer, its loss untouched; `book_lr_schedule` gives it the book's warmup + linear decay."""
+
+
+class BookDPOTrainer(ScheduledDPOTrainer):
     """DPOTrainer whose loss is one of the book's functions (losses.py).
 
     Everything but the loss (tokenisation, collation, reference model or PEFT adapter

@@ -8,6 +8,7 @@ from typing import ClassVar
 from transformers import TrainingArguments
 from trl import RewardConfig
 
+from custom_losses.schedules import BookLRScheduleArguments
 from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR
 
 TRUNCATION_MODES = ("keep_start", "keep_end")
@@ -45,7 +46,7 @@ class PreferenceRMConfig(RewardConfig):
 
 
 @dataclass
-class OutcomeRMConfig(TrainingArguments):
+class OutcomeRMConfig(BookLRScheduleArguments, TrainingArguments):
     """Outcome reward model: one logit per token, BCE on completion tokens against correctness."""
 
     rm_kind: ClassVar[str] = "outcome"
@@ -74,7 +75,7 @@ class OutcomeRMConfig(TrainingArguments):
 
 
 @dataclass
-class ProcessRMConfig(TrainingArguments):
+class ProcessRMConfig(BookLRScheduleArguments, TrainingArguments):
     """Process reward model: 3-class (bad/neutral/good) cross-entropy at each step separator."""
 
     rm_kind: ClassVar[str] = "process"
