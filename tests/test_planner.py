@@ -192,6 +192,17 @@ def test_family_specific_terms():
     assert "value model weights" not in shared and shared["value head (shared backbone)"] < 1e6
 
 
+@pytest.mark.parametrize("recipe", ["preference_rm.yaml", "orm.yaml", "prm.yaml", "hh_rm.yaml"])
+def test_reward_models_plan_fp32_weights_under_bf16_autocast(recipe):
+    """The book's RMs: fp32 weights, gradients and optimizer state (the recipe's `dtype: float32`), bf16
+    activations (`bf16: true` autocasts): the planner reads the weights' dtype, not bf16, for the weights."""
+    fp32, bf16 = _terms(_plan(recipe)), _terms(_plan(recipe, "--dtype", "bfloat16"))
+    for term in ("policy weights", "gradients"):
+        assert fp32[term] == pytest.approx(2 * bf16[term]), term
+    activations = next(k for k in fp32 if k.startswith("activations"))
+    assert fp32[activations] == pytest.approx(bf16[activations])  # bf16 compute in both
+
+
 def test_a_trainer_that_materializes_logits_is_planned_with_them(monkeypatch):
     """No registry entry sets materializes_full_logits today; the planner still charges (T x V) logits for one."""
     import dataclasses
