@@ -108,6 +108,19 @@ def test_rollout_scores_mean_and_last_over_the_completion():
     mask = torch.tensor([[0, 1, 1, 0]])
     assert rollout_scores(logits, mask, "mean").item() == pytest.approx((0.5 + 0.75) / 2)
     assert rollout_scores(logits, mask, "last").item() == pytest.approx(0.75)
+    # The default is the book's: the last completion token.
+    assert rollout_scores(logits, mask).item() == pytest.approx(0.75)
+
+
+def test_orm_scores_by_the_last_token_by_default():
+    """The book's ORM evaluation: sigmoid of the LAST completion token's logit; `mean` stays an option."""
+    from custom_losses.reward_models.config import OutcomeRMConfig
+    from rlhf_recipes.config import load_recipe
+
+    assert OutcomeRMConfig(output_dir="/tmp/unused", use_cpu=True).score_reduction == "last"
+    assert load_recipe(["recipes/orm.yaml", "--bf16", "false"]).training.score_reduction == "last"
+    assert load_recipe(["recipes/orm.yaml", "--bf16", "false", "--score_reduction", "mean"]
+                       ).training.score_reduction == "mean"
 
 
 def test_preference_metrics():
