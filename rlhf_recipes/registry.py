@@ -87,14 +87,16 @@ _PROCESS_RM = dict(config_class="custom_losses.reward_models.config:ProcessRMCon
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], accumulation: int = 8, beta: float = 0.1,
-                      margins_times_beta: bool = False, extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Chapter 8. The book publishes no direct-alignment run: its batch 8 x accumulation 8, beta 0.1 unless
-    stated, serve --reference-csv exports of runs a user made with the book's code."""
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], run: str | None, accumulation: int = 8,
+                      beta: float = 0.1, margins_times_beta: bool = False,
+                      extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 8: the book's run `run` (rlhf-book/core; code/direct_alignment/README.md), None where it publishes
+    none (cdpo). Its loop logs once per optimizer step with step=global_step (our x-axis as is), grad_norm
+    divided by the accumulation steps; batch 8 x accumulation 8, beta 0.1 unless stated."""
     # Every one: the book's warmup (lr (k+1)/(W+1), W = int(0.1 T)) then linear decay to 0.
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
                 defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_linear", **defaults},
-                book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
+                book_runs=(run,) if run else (), book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
                 book_metrics=da_metrics(accumulation, beta, margins_times_beta))
 
 
@@ -123,46 +125,48 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, "fzy8k8go"),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
         ),
         Algorithm(
-            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}, accumulation=4),
+            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}, None,  # no book run
+                                        accumulation=4),
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, beta=2.0),
+            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, "giyhitjw", beta=2.0),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),
+            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, "5s29syo6"),
             paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
         ),
         Algorithm(
             # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
             # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
             # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
-            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, beta=2.0, margins_times_beta=True),
+            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, "ftv5rs3x", beta=2.0,  # noisy (the book)
+                                         margins_times_beta=True),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
-            "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"},
+            "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"}, "o38ffli5",  # noisy (the book)
                                         extra_metrics=("nll_loss", "log_odds_chosen")),
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
         ),
         Algorithm(
-            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",)),
+            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, "hgqrkfi6", extra_metrics=("kl",)),
             paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization",
         ),
         Algorithm(
             # BookDPOTrainer: TRL's apo_zero/apo_down add a constant 1 to the logged loss.
-            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}),
+            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}, "3m2uiyw3"),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
         ),
         Algorithm(
-            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}),
+            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}, "tqzkmyi6"),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
