@@ -3,8 +3,8 @@ BookDPOTrainer: that, with one of the book's loss functions (losses.py).
 
 It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
 support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO,
-SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`: the trainer then keeps no reference copy and computes no
-reference log-probs. Which algorithms are reference-free is the registry's fact
+SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
+the trainer then keeps no reference copy and computes no reference log-probs. Which algorithms are reference-free is the registry's fact
 (rlhf_recipes/registry.py, `reference_model`); the family passes it in.
 """
 
