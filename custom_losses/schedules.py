@@ -1,13 +1,22 @@
-"""Learning-rate schedules of the book's own code, as pure functions (no trainer, no torch state).
+"""Learning-rate schedules of the book's own code: pure functions, their torch schedulers, and the
+option + trainer mixin that put them on any transformers Trainer.
 
-The book's warmup starts at lr (k+1)/(W+1), not at 0 as transformers' `linear` and
+The book's warmup starts at lr (k+1)/(W+1) (SFT, chapter 4; direct alignment, chapter 8) or at
+0.1 lr (the PRM, chapter 5: torch LinearLR, then constant), not at 0 as transformers' `linear` and
 `constant_with_warmup` schedules do, and it takes W = int(ratio * T) (transformers rounds up).
-Used by SFT (chapter 4); generic so that direct alignment (chapter 8) can use it too.
+
+A trainer gets them by subclassing `BookLRScheduleMixin` (before the Trainer class) and a config by
+subclassing `BookLRScheduleArguments` (before the TrainingArguments class); the option is
+`book_lr_schedule: true` and, for the shape, `book_lr_shape` (BOOK_LR_SHAPES).
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
 from functools import partial
+
+logger = logging.getLogger(__name__)
 
 
 def book_warmup_steps(warmup: float, total_steps: int) -> int:
@@ -41,4 +50,78 @@ def book_warmup_linear_scheduler(optimizer, warmup_steps: int, total_steps: int,
                     last_epoch=last_epoch)
 
 
-__all__ = ["book_warmup_steps", "book_warmup_linear", "book_warmup_linear_scheduler"]
+def book_warmup_constant(step: int, warmup_steps: int, start_factor: float = 0.1) -> float:
+    """The LR multiplier at optimizer step `step` (0-based) of the book's PRM schedule: torch's
+    LinearLR(start_factor, end_factor=1, total_iters=W), then constant.
+
+        step k <  W:  start_factor + (1 - start_factor) * k / W     (the first step is 0.1, not 0)
+        step k >= W:  1.0
+    W = 0 is no warmup (the book then makes no scheduler): 1.0 from the first step.
+    """
+    if warmup_steps < 0 or not 0 < start_factor <= 1:
+        raise ValueError(f"need warmup_steps >= 0 and 0 < start_factor <= 1, got {warmup_steps}, {start_factor}")
+    if step >= warmup_steps:
+        return 1.0
+    return start_factor + (1.0 - start_factor) * step / warmup_steps
+
+
+def book_warmup_constant_scheduler(optimizer, warmup_steps: int, total_steps: int | None = None,
+                                   last_epoch: int = -1):
+    """A LambdaLR over `book_warmup_constant` (`total_steps` is not used: the LR holds after the warmup)."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    return LambdaLR(optimizer, partial(book_warmup_constant, warmup_steps=warmup_steps), last_epoch=last_epoch)
+
+
+# The book's schedule shapes, by the name a recipe gives in `book_lr_shape`.
+BOOK_LR_SCHEDULERS = {
+    "warmup_linear": book_warmup_linear_scheduler,  # SFT, direct alignment: (k+1)/(W+1), then (T-k)/(T-W)
+    "warmup_constant": book_warmup_constant_scheduler,  # PRM: 0.1 -> 1 over W steps, then 1
+}
+BOOK_LR_SHAPES = tuple(BOOK_LR_SCHEDULERS)
+
+
+@dataclass
+class BookLRScheduleArguments:
+    """The recipe options; list this class BEFORE the TrainingArguments class in a config's bases."""
+
+    book_lr_schedule: bool = field(
+        default=False,
+        metadata={"help": "The book's LR schedule (custom_losses/schedules.py), shape `book_lr_shape`, with "
+                  "W = int(warmup_steps * T) for a ratio. Replaces lr_scheduler_type."},
+    )
+    book_lr_shape: str = field(
+        default="warmup_linear",
+        metadata={"help": "warmup_linear: lr (k+1)/(W+1) for k < W, then lr (T-k)/(T-W) (the book's SFT and "
+                  "direct alignment); warmup_constant: torch LinearLR from 0.1 lr to lr over W steps, then "
+                  "constant (the book's PRM).", "choices": list(BOOK_LR_SHAPES)},
+    )
+
+    def __post_init__(self):
+        if self.book_lr_shape not in BOOK_LR_SHAPES:
+            raise ValueError(f"book_lr_shape must be one of {BOOK_LR_SHAPES}, got {self.book_lr_shape!r}")
+        if self.book_lr_schedule and self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0 for book_lr_schedule, got {self.warmup_steps}")
+        super().__post_init__()
+
+
+class BookLRScheduleMixin:
+    """`create_scheduler` for a transformers Trainer: the book's schedule when `args.book_lr_schedule`."""
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if not getattr(self.args, "book_lr_schedule", False):
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup = book_warmup_steps(self.args.warmup_steps, num_training_steps)
+            factory = BOOK_LR_SCHEDULERS[self.args.book_lr_shape]
+            self.lr_scheduler = factory(optimizer or self.optimizer, warmup, num_training_steps)
+            self._created_lr_scheduler = True
+            if self.args.process_index == 0:
+                logger.info("book_lr_schedule (%s): %d warmup steps of %d (lr_scheduler_type %s is not used)",
+                            self.args.book_lr_shape, warmup, num_training_steps, self.args.lr_scheduler_type)
+        return self.lr_scheduler
+
+
+__all__ = ["book_warmup_steps", "book_warmup_linear", "book_warmup_linear_scheduler", "book_warmup_constant",
+           "book_warmup_constant_scheduler", "BOOK_LR_SCHEDULERS", "BOOK_LR_SHAPES", "BookLRScheduleArguments",
+           "BookLRScheduleMixin"]

@@ -37,9 +37,9 @@ def ids_and_mask(sequences: list[list[int]], pad_token_id: int) -> dict[str, tor
             "attention_mask": pad([[1] * len(s) for s in sequences], 0)}
 
 
-def rollout_scores(logits: torch.Tensor, mask: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """(B, T) token logits -> (B,) rollout scores in [0, 1]: sigmoid averaged over the completion
-    tokens ('mean', the book's scoring) or at the last completion token ('last')."""
+def rollout_scores(logits: torch.Tensor, mask: torch.Tensor, reduction: str = "last") -> torch.Tensor:
+    """(B, T) token logits -> (B,) rollout scores in [0, 1]: sigmoid at the last completion token ('last',
+    the book's code) or averaged over the completion tokens ('mean')."""
     probs = torch.sigmoid(logits.float())
     mask = mask.to(probs.dtype)
     if reduction == "mean":
@@ -90,7 +90,7 @@ def sequence_rewards(model, sequences: list[list[int]], pad_token_id: int, batch
 
 
 def rollout_rewards(model, sequences: list[list[int]], masks: list[list[int]], pad_token_id: int,
-                    batch_size: int = 8, reduction: str = "mean") -> list[float]:
+                    batch_size: int = 8, reduction: str = "last") -> list[float]:
     """Outcome RM: one score in [0, 1] per rollout (see `rollout_scores`)."""
     out = [0.0] * len(sequences)
     with _eval_mode(model):
@@ -144,7 +144,7 @@ def infer_info(config) -> dict[str, Any]:
         return {"kind": "preference", "max_length": None, "truncation_mode": "keep_start"}
     if "TokenClassification" in arch:
         kind = "outcome" if config.num_labels == 1 else "process"
-        info = {"kind": kind, "max_length": None, "truncation_mode": "keep_start", "score_reduction": "mean"}
+        info = {"kind": kind, "max_length": None, "truncation_mode": "keep_start", "score_reduction": "last"}
         if kind == "process":
             info.update(prompt_template=DEFAULT_PROMPT_TEMPLATE, step_separator=DEFAULT_STEP_SEPARATOR)
         return info
@@ -204,7 +204,7 @@ def score_completions(info: dict, model, tokenizer, prompts: list[Any], completi
                 mask[-1] = 1
             seqs.append(ids)
             masks.append(mask)
-        return rollout_rewards(model, seqs, masks, pad_id, batch_size, info.get("score_reduction", "mean"))
+        return rollout_rewards(model, seqs, masks, pad_id, batch_size, info.get("score_reduction", "last"))
     separator = info.get("step_separator", DEFAULT_STEP_SEPARATOR)
     template = info.get("prompt_template", DEFAULT_PROMPT_TEMPLATE)
     seqs, positions, scored = [], [], []

@@ -64,8 +64,9 @@ def family_of(algorithm: Algorithm) -> Any:
 
 
 # --- Class paths: each trainer's written once ----------------------------------------------
-_TRL_DPO = dict(config_class="trl:DPOConfig", trainer_class="trl:DPOTrainer")
-_TRL_CPO = dict(config_class="trl.experimental.cpo:CPOConfig", trainer_class="trl.experimental.cpo:CPOTrainer")
+# TRL's DPOTrainer and loss, plus the book's LR schedule option (custom_losses/schedules.py).
+_TRL_DPO = dict(config_class="custom_losses.direct_alignment.config:ScheduledDPOConfig",
+                trainer_class="custom_losses.direct_alignment.trainer:ScheduledDPOTrainer")
 _BOOK_DPO = dict(config_class="custom_losses.direct_alignment.config:BookDPOConfig",
                  trainer_class="custom_losses.direct_alignment.trainer:BookDPOTrainer")
 _BOOK_GRPO = dict(config_class="custom_losses.policy_gradient.config:BookGRPOConfig",
@@ -84,12 +85,16 @@ _PROCESS_RM = dict(config_class="custom_losses.reward_models.config:ProcessRMCon
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-def _direct_alignment(classes: dict[str, str], accumulation: int = 8, beta: float = 0.1,
-                      margins_times_beta: bool = False, extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Chapter 8. The book publishes no direct-alignment run: its batch 8 x accumulation 8, beta 0.1 unless
-    stated, serve --reference-csv exports of runs a user made with the book's code."""
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], run: str | None, accumulation: int = 8,
+                      beta: float = 0.1, margins_times_beta: bool = False,
+                      extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 8: the book's run `run` (rlhf-book/core; code/direct_alignment/README.md), None where it publishes
+    none (cdpo). Its loop logs once per optimizer step with step=global_step (our x-axis as is), grad_norm
+    divided by the accumulation steps; batch 8 x accumulation 8, beta 0.1 unless stated."""
+    # Every one: the book's warmup (lr (k+1)/(W+1), W = int(0.1 T)) then linear decay to 0.
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
-                book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
+                defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_linear", **defaults},
+                book_runs=(run,) if run else (), book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
                 book_metrics=da_metrics(accumulation, beta, margins_times_beta))
 
 
@@ -118,50 +123,49 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO), paper="Rafailov et al. 2023, Direct Preference Optimization",
-            defaults={"loss_type": ["sigmoid"]},
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, "fzy8k8go"),
+            paper="Rafailov et al. 2023, Direct Preference Optimization",
         ),
         Algorithm(
-            "cdpo", **_direct_alignment(_BOOK_DPO, accumulation=4),
+            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}, None,  # no book run
+                                        accumulation=4),
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
-            defaults={"book_loss": "cdpo", "label_smoothing": 0.1},
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, beta=2.0),
+            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, "giyhitjw", beta=2.0),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
-            defaults={"loss_type": ["sigmoid_norm"]}, aliases=("dponorm", "sigmoid_norm"),
+            aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_direct_alignment(_BOOK_DPO), paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
-            defaults={"book_loss": "ipo"},
+            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, "5s29syo6"),
+            paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
         ),
         Algorithm(
-            # TRL's CPOTrainer: no reference model; it materializes (T, V) logits (DPO/BookDPO/GRPO use the
-            # fused head); its rewards/margins are beta * (avg_c - avg_r), the book logs avg_c - avg_r.
-            "simpo", **_direct_alignment(_TRL_CPO, beta=2.0, margins_times_beta=True),
-            paper="Meng et al. 2024, SimPO: Simple Preference Optimization",
-            defaults={"loss_type": "simpo", "cpo_alpha": 0.0}, reference_model=False, materializes_full_logits=True,
+            # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
+            # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
+            # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
+            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, "ftv5rs3x", beta=2.0,  # noisy (the book)
+                                         margins_times_beta=True),
+            paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
-            "orpo", **_direct_alignment(_BOOK_DPO, extra_metrics=("nll_loss", "log_odds_chosen")),
-            paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization",
-            defaults={"book_loss": "orpo"}, reference_model=False,
+            "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"}, "o38ffli5",  # noisy (the book)
+                                        extra_metrics=("nll_loss", "log_odds_chosen")),
+            paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
         ),
         Algorithm(
-            "kto", **_direct_alignment(_BOOK_DPO, extra_metrics=("kl",)),
+            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, "hgqrkfi6", extra_metrics=("kl",)),
             paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization",
-            defaults={"book_loss": "kto"},
         ),
         Algorithm(
-            "apo_zero", **_direct_alignment(_TRL_DPO),
+            # BookDPOTrainer: TRL's apo_zero/apo_down add a constant 1 to the logged loss.
+            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}, "3m2uiyw3"),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
-            defaults={"loss_type": ["apo_zero"]},
         ),
         Algorithm(
-            "apo_down", **_direct_alignment(_TRL_DPO),
+            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}, "tqzkmyi6"),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
-            defaults={"loss_type": ["apo_down"]},
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
         # One config and trainer (custom_losses/policy_gradient/) for all nine but PPO; `defaults` are
@@ -270,6 +274,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "prm", **_reward_model(_PROCESS_RM, "iv4d966d", ("step_accuracy", "eval_step_accuracy")),
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
+            # The book's torch LinearLR warmup from 0.1 lr, then a constant LR.
+            defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_constant"},
         ),
     ]
 }

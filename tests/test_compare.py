@@ -120,11 +120,15 @@ def test_published_run_ids_match_book_md():
     expected = {"reinforce": "0uqbq4oz", "rloo": "07xeasn8", "ppo": "ku3r3g9j", "grpo": "vjp7lgdi",
                 "drgrpo": "a1swuynq", "gspo": "10sxytli", "cispo": "6dg0m06n", "sapo": "79608nwk",
                 "dapo": "db1pipip", "maxrl": "fdowf1se", "preference_rm": "1g3y9bcc",
-                "orm": "3gkoqb7f", "prm": "iv4d966d", "sft": "nybj8sdx"}
+                "orm": "3gkoqb7f", "prm": "iv4d966d", "sft": "nybj8sdx",
+                # direct alignment (the book's code/direct_alignment/README.md); no cdpo run
+                "dpo": "fzy8k8go", "dpo_norm": "giyhitjw", "ipo": "5s29syo6", "simpo": "ftv5rs3x",
+                "orpo": "o38ffli5", "kto": "hgqrkfi6", "apo_zero": "3m2uiyw3", "apo_down": "tqzkmyi6"}
     assert {a: s.run_id for a, s in SPECS.items() if s.run_id} == expected
     assert lookup("grpo").wandb_path == "rlhf-book/core/vjp7lgdi"
+    assert lookup("dpo").wandb_path == "rlhf-book/core/fzy8k8go"
     assert lookup("dr_grpo").algorithm == "drgrpo"
-    assert lookup("dpo").run_id is None  # the book publishes no direct-alignment run
+    assert lookup("cdpo").run_id is None  # the book publishes no cDPO run
 
 
 def test_optimizer_steps_per_rollout_follow_the_books_loop():
@@ -421,12 +425,22 @@ def test_fetch_once_then_cache(tmp_path, monkeypatch):
 
 
 def test_reference_for_an_algorithm_without_a_published_run(tmp_path):
-    run = write_run(tmp_path / "dpo", "dpo", da_rows(30, 0.8))
-    with pytest.raises(CompareError, match="publishes no wandb run for dpo"):
-        compare_with_reference([run], reference="dpo", cache_dir=tmp_path)
+    run = write_run(tmp_path / "cdpo", "cdpo", da_rows(30, 0.8))
+    with pytest.raises(CompareError, match="publishes no wandb run for cdpo"):
+        compare_with_reference([run], reference="cdpo", cache_dir=tmp_path)
     # ... but a CSV of the book's code run by the user works, with the DPO maps.
     report = compare_with_reference([run], reference_csvs=[API_DPO], out_dir=tmp_path / "o")
     assert {c.metric for c in report.comparisons} >= {"rewards/accuracies", "rewards/margins", "grad_norm"}
+
+
+def test_compare_reference_dpo_names_the_books_run(tmp_path, capsys):
+    """`rlhf-recipes compare --reference dpo`: the book's DPO run fzy8k8go, even when it cannot be fetched."""
+    from rlhf_recipes.tools.cli import main as rlhf_recipes
+
+    run = write_run(tmp_path / "dpo", "dpo", da_rows(30, 0.8))
+    assert rlhf_recipes(["compare", str(run), "--reference", "dpo", "--offline"]) == 2
+    err = capsys.readouterr().err
+    assert "fzy8k8go" in err and "publishes no wandb run" not in err
 
 
 def test_reference_of_another_family_is_refused(tmp_path):
@@ -463,10 +477,11 @@ def test_installed_command_runs_and_reports_errors(tmp_path):
     assert (runs[0] / "compare" / "compare.png").exists()  # default --out: <first run>/compare
 
     failed = subprocess.run([command, "compare", str(runs[0]),
-                             "--reference", "dpo"], capture_output=True, text=True, env=env,
+                             "--reference", "cdpo"], capture_output=True, text=True, env=env,
                             cwd=tmp_path, timeout=120)
     assert failed.returncode == 2
     assert "--reference-csv" in failed.stderr and "Traceback" not in failed.stderr
+
 
 
 # --- with the real runner ---------------------------------------------------------------------

@@ -15,7 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from custom_losses.direct_alignment.losses import cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss
+from custom_losses.direct_alignment.losses import (
+    apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss, simpo_loss,
+)
 
 LR_C = torch.tensor([0.5, -1.0, 2.0, 0.0])
 LR_R = torch.tensor([-0.5, 0.3, 2.0, 0.0])
@@ -85,6 +87,53 @@ def test_kto_reference_point_and_weights():
     assert kl0.item() == 0.0
 
 
+def test_apo_losses_match_the_book_by_hand():
+    """No constant: TRL's apo_zero / apo_down log the book's value + 1."""
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    zero = apo_zero_loss(LR_C, LR_R, beta=0.1)
+    down = apo_down_loss(LR_C, LR_R, beta=0.1)
+    for i, (c, r) in enumerate(zip(LR_C.tolist(), LR_R.tolist())):
+        assert zero[i].item() == pytest.approx(-sig(0.1 * c) + sig(0.1 * r), abs=1e-7)
+        assert down[i].item() == pytest.approx(sig(0.1 * c) - sig(0.1 * (c - r)), abs=1e-7)
+    # Equal log-ratios of 0: apo_zero is exactly 0, apo_down is 0.5 - 0.5 = 0.
+    assert zero[3].item() == 0.0 and down[3].item() == 0.0
+
+
+def test_apo_gradients_are_trls():
+    """Same gradients as TRL's 1 - sigmoid(b lr_c) + sigmoid(b lr_r) and sigmoid(b lr_c) + 1 - sigmoid(b D)."""
+    for name, fn in (("apo_zero", apo_zero_loss), ("apo_down", apo_down_loss)):
+        c1, r1 = LR_C.clone().requires_grad_(), LR_R.clone().requires_grad_()
+        fn(c1, r1, 0.1).sum().backward()
+        c2, r2 = LR_C.clone().requires_grad_(), LR_R.clone().requires_grad_()
+        b = 0.1
+        trl = {"apo_zero": 1 - torch.sigmoid(b * c2) + torch.sigmoid(b * r2),
+               "apo_down": torch.sigmoid(b * c2) + 1 - torch.sigmoid(b * (c2 - r2))}[name]
+        trl.sum().backward()
+        assert torch.allclose(c1.grad, c2.grad) and torch.allclose(r1.grad, r2.grad), name
+
+
+def test_simpo_matches_formula_with_gamma_as_a_ratio():
+    a_c, a_r = torch.tensor([-1.0, -0.2, -3.0]), torch.tensor([-1.5, -0.2, -1.0])
+    got = simpo_loss(a_c, a_r, beta=2.0, gamma_beta_ratio=0.5)
+    expected = [-logsig(2.0 * (c - r) - 0.5 * 2.0) for c, r in zip(a_c.tolist(), a_r.tolist())]
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-6)
+    # gamma 0, equal log-probs: log 2.
+    assert simpo_loss(torch.tensor([-1.0]), torch.tensor([-1.0]), 2.0, 0.0).item() == pytest.approx(math.log(2))
+
+
+def test_kto_single_pair_reference_point_is_the_mean_of_both_log_ratios():
+    """The book: one pair in the micro-batch -> KL = clamp(mean(lr_c, lr_r), min 0), not clamp(lr_r)."""
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    loss, kl = kto_loss(torch.tensor([3.0]), torch.tensor([-1.0]), beta=0.5)
+    assert kl.item() == pytest.approx(1.0)  # (3 - 1) / 2; the rejected one alone would clamp to 0
+    assert loss.item() == pytest.approx((1 - sig(0.5 * (3.0 - 1.0))) + (1 - sig(0.5 * (1.0 + 1.0))), rel=1e-6)
+    _, kl0 = kto_loss(torch.tensor([-3.0]), torch.tensor([1.0]), beta=0.5)
+    assert kl0.item() == 0.0  # mean -1: clamped
+    # Two pairs or more: the rejected ones only.
+    _, kl2 = kto_loss(torch.tensor([3.0, 5.0]), torch.tensor([-1.0, 2.0]), beta=0.5)
+    assert kl2.item() == pytest.approx(0.5)
+
+
 def test_kto_reference_point_carries_no_gradient():
     lr_c = torch.tensor([1.0, 2.0], requires_grad=True)
     lr_r = torch.tensor([0.5, 1.5], requires_grad=True)
@@ -145,8 +194,6 @@ BOOK_FORMULA = {
         + (1 - torch.sigmoid(b * (r.mean().clamp(min=0) - r))).mean()
     ),
 }
-# TRL's APO losses add a constant (1 for both): gradients are identical, values shift by it.
-CONSTANT_OFFSET = {"apo_zero": 1.0, "apo_down": 1.0}
 
 
 @pytest.mark.parametrize("algorithm", sorted(BOOK_FORMULA))
@@ -161,7 +208,7 @@ def test_trainer_loss_is_the_book_formula(algorithm, tmp_path):
     c, r = lr.chunk(2)
     a_c, a_r = lr_avg.chunk(2)
     assert (c - r).abs().max() > 1e-3, "policy and reference must differ for this test to mean anything"
-    expected = BOOK_FORMULA[algorithm](c, r, a_c, a_r, trainer.beta).item() + CONSTANT_OFFSET.get(algorithm, 0.0)
+    expected = BOOK_FORMULA[algorithm](c, r, a_c, a_r, trainer.beta).item()
     assert loss == pytest.approx(expected, rel=1e-4, abs=1e-5)
 
 
@@ -175,24 +222,77 @@ def test_orpo_trainer_is_reference_free_and_matches_formula(tmp_path):
     assert loss == pytest.approx(expected.mean().item(), rel=1e-4)
 
 
-def test_trl_simpo_is_the_book_simpo_with_gamma_times_beta():
-    """TRL's CPO simpo: -logsigmoid(beta*(avg_c-avg_r) - simpo_gamma); book: gamma_ratio * beta as the shift."""
+def test_simpo_trainer_is_reference_free_and_matches_formula(tmp_path):
+    trainer, policy, reference, batch = _trainer_and_batch("simpo", tmp_path)
+    assert trainer.ref_model is None
+    loss = trainer.compute_loss(policy, batch).item()
+    _, avg = _independent_logps(policy, batch)
+    a_c, a_r = avg.chunk(2)
+    beta, ratio = trainer.beta, trainer.args.gamma_beta_ratio
+    assert (beta, ratio) == (2.0, 0.5)  # the book's
+    expected = -F.logsigmoid(beta * (a_c - a_r) - ratio * beta).mean()
+    assert loss == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_simpo_cuts_a_long_pair_from_the_left_keeping_the_response(tmp_path):
+    """The book cuts prompt+response from the LEFT (CPOTrainer kept the prompt and cut the response's end)."""
+    trainer, _, _, _ = _trainer_and_batch("simpo", tmp_path)
+    collator, max_length = trainer.data_collator, trainer.args.max_length
+    assert trainer.args.truncation_mode == "keep_end"
+    prompt = list(range(100, 100 + max_length))  # the prompt alone fills max_length
+    chosen, rejected = [7, 8, 9, 10], [11, 12]
+    out = collator([{"prompt_ids": prompt, "chosen_ids": chosen, "rejected_ids": rejected}])
+    ids, mask = out["input_ids"], out["completion_mask"]
+    assert ids.shape[1] == max_length
+    assert ids[0, -4:].tolist() == chosen and mask[0, -4:].tolist() == [1] * 4  # the whole response, at the end
+    assert ids[0, 0].item() == prompt[4]  # the prompt's start was cut
+    n_r = int(out["attention_mask"][1].sum())
+    assert ids[1, n_r - 2:n_r].tolist() == rejected and mask[1].sum().item() == 2
+
+
+# ---------------------------------------------------------------------------------------
+# The book's LR schedule (custom_losses/schedules.py) on every direct-alignment trainer.
+
+DIRECT_ALIGNMENT = ("dpo", "cdpo", "dpo_norm", "ipo", "simpo", "orpo", "kto", "apo_zero", "apo_down")
+
+
+def _lrs(trainer_or_stub, create, steps: int) -> list[float]:
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=trainer_or_stub.args.learning_rate)
+    sched = create(steps, opt)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])  # the LR this optimizer step uses
+        opt.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.parametrize("algorithm", DIRECT_ALIGNMENT)
+def test_every_direct_alignment_recipe_uses_the_books_warmup(algorithm):
+    """W = int(0.1 T); lr (k+1)/(W+1) for k < W (not 0 at the first step: transformers' `linear`), then lr (T-k)/(T-W)."""
     from types import SimpleNamespace
 
-    from trl.experimental.cpo import CPOTrainer
+    from custom_losses.schedules import BookLRScheduleMixin
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.registry import import_object
 
-    beta, gamma_ratio = 2.0, 0.5
-    stub = SimpleNamespace(beta=beta, simpo_gamma=gamma_ratio * beta, loss_type="simpo", label_smoothing=0.0,
-                           alpha=0.0, accelerator=SimpleNamespace(device=torch.device("cpu")))
-    a_c, a_r = torch.tensor([-1.0, -0.2, -3.0]), torch.tensor([-1.5, -0.2, -1.0])
-    losses, _, _ = CPOTrainer.cpo_loss(stub, a_c, a_r)
-    book = -F.logsigmoid(beta * (a_c - a_r) - gamma_ratio * beta)
-    assert torch.allclose(losses, book, atol=1e-6)
-    # ...and CPO feeds it response log-probs AVERAGED over the response tokens.
-    logits = torch.randn(2, 5, 11)
-    labels = torch.tensor([[-100, -100, 3, 4, 5], [-100, 2, 2, -100, -100]])
-    avg = CPOTrainer.get_batch_logps(logits, labels, average_log_prob=True, is_encoder_decoder=False)
-    logp = torch.log_softmax(logits[:, :-1], -1)
-    first = (logp[0, 1, 3] + logp[0, 2, 4] + logp[0, 3, 5]) / 3
-    second = (logp[1, 0, 2] + logp[1, 1, 2]) / 2
-    assert torch.allclose(avg, torch.stack([first, second]), atol=1e-5)
+    recipe = load_recipe([f"recipes/{algorithm}.yaml", "--bf16", "false"])
+    assert issubclass(import_object(recipe.algorithm.trainer_class), BookLRScheduleMixin)
+    args = recipe.training
+    assert args.book_lr_schedule and args.book_lr_shape == "warmup_linear" and args.warmup_steps == 0.1
+    stub = SimpleNamespace(args=args, lr_scheduler=None)
+    T, W, lr = 300, 30, args.learning_rate
+    lrs = _lrs(stub, lambda n, opt: BookLRScheduleMixin.create_scheduler(stub, n, opt), T)
+    assert lrs[0] == pytest.approx(lr / (W + 1))
+    assert lrs[W - 1] == pytest.approx(lr * W / (W + 1))
+    assert lrs[W] == pytest.approx(lr)
+    assert lrs[T - 1] == pytest.approx(lr / (T - W))
+
+
+def test_dpo_trainer_creates_the_books_schedule(tmp_path):
+    """On a real (TRL-native loss) DPO trainer: its create_scheduler is the book's, not transformers' linear."""
+    trainer, *_ = _trainer_and_batch("dpo", tmp_path)
+    T, W, lr = 20, 2, trainer.args.learning_rate
+    lrs = _lrs(trainer, trainer.create_scheduler, T)
+    assert [lrs[0], lrs[1], lrs[2], lrs[-1]] == pytest.approx([lr / 3, 2 * lr / 3, lr, lr / 18])

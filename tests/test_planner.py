@@ -182,11 +182,38 @@ def test_family_specific_terms():
     assert set(grpo.phases) == {"train", "generation"} and "KV cache" in _terms(grpo)
     rm = _terms(_plan("preference_rm.yaml"))
     assert not any("LM head" in k or "logits" in k for k in rm), "a reward model has no vocabulary-wide head"
-    assert "logits (T x V, materialized by CPOTrainer)" in _terms(_plan("simpo.yaml"))
+    # SimPO runs on BookDPOTrainer (the book's left cut): the fused head, like the rest of the DPO family.
+    simpo = _terms(_plan("simpo.yaml"))
+    assert any(k.startswith("LM head (TRL fused log-prob tiles") for k in simpo), simpo
+    assert not any(k.startswith("logits (T x V") for k in simpo)
     ppo = _terms(_plan("ppo.yaml"))
     assert ppo["value model weights"] == pytest.approx(ppo["policy weights"], rel=1e-3)
     shared = _terms(_plan("ppo.yaml", "--share_value_backbone", "true"))
     assert "value model weights" not in shared and shared["value head (shared backbone)"] < 1e6
+
+
+@pytest.mark.parametrize("recipe", ["preference_rm.yaml", "orm.yaml", "prm.yaml", "hh_rm.yaml"])
+def test_reward_models_plan_fp32_weights_under_bf16_autocast(recipe):
+    """The book's RMs: fp32 weights, gradients and optimizer state (the recipe's `dtype: float32`), bf16
+    activations (`bf16: true` autocasts): the planner reads the weights' dtype, not bf16, for the weights."""
+    fp32, bf16 = _terms(_plan(recipe)), _terms(_plan(recipe, "--dtype", "bfloat16"))
+    for term in ("policy weights", "gradients"):
+        assert fp32[term] == pytest.approx(2 * bf16[term]), term
+    activations = next(k for k in fp32 if k.startswith("activations"))
+    assert fp32[activations] == pytest.approx(bf16[activations])  # bf16 compute in both
+
+
+def test_a_trainer_that_materializes_logits_is_planned_with_them(monkeypatch):
+    """No registry entry sets materializes_full_logits today; the planner still charges (T x V) logits for one."""
+    import dataclasses
+
+    from rlhf_recipes import registry
+
+    monkeypatch.setitem(registry.ALGORITHMS, "simpo",
+                        dataclasses.replace(registry.ALGORITHMS["simpo"], materializes_full_logits=True))
+    terms = _terms(_plan("simpo.yaml"))
+    assert "logits (T x V, materialized by the trainer)" in terms
+    assert not any(k.startswith("LM head (TRL fused") for k in terms)
 
 
 def test_workload_comes_from_the_recipe():

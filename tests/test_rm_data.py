@@ -224,7 +224,7 @@ def test_rollout_examples_mask_the_completion_and_cap_rollouts(tokenizer):
     prompt = [{"role": "user", "content": "What is 2 + 3?"}]
     rows = [{"prompt": prompt, "completions": ["2 + 3 = 5\n#### 5", "#### 6", "#### 7"], "rewards": [1.0, 0.0, 0.0]},
             {"prompt": prompt, "completions": ["#### 5"], "rewards": [1.0]}]
-    examples, stats = rollout_examples(rows, tokenizer, max_length=None, truncation_mode="keep_start", max_rollouts=2)
+    examples, stats = rollout_examples(rows, tokenizer, max_length=None, max_rollouts=2)
     assert [(e["group"], e["rewards"]) for e in examples] == [(0, 1.0), (0, 0.0), (1, 1.0)]
     first = examples[0]
     start = first["completion_mask"].index(1)
@@ -232,12 +232,18 @@ def test_rollout_examples_mask_the_completion_and_cap_rollouts(tokenizer):
     assert tokenizer.decode(first["input_ids"][start:]) == "2 + 3 = 5\n#### 5<|im_end|>"
     assert all(first["completion_mask"][start:])
     assert stats["rollouts"] == 3 and stats["lengths"]["sequences"] == 3
-    # Truncation keeps the mask aligned; a completion cut away entirely is dropped and counted.
-    examples, stats = rollout_examples(rows, tokenizer, max_length=start, truncation_mode="keep_start")
-    assert examples == [] and stats["dropped"] == {"no completion token left after truncation": 4}
-    examples, _ = rollout_examples(rows, tokenizer, max_length=start + 2, truncation_mode="keep_start")
-    assert all(len(e["input_ids"]) == len(e["completion_mask"]) == start + 2 and sum(e["completion_mask"]) == 2
-               for e in examples)
+    # The book SKIPS a rollout longer than max_length (no truncation), counted as dropped.
+    full = [len(e["input_ids"]) for e in examples]  # 3 rollouts of the 4 (max_rollouts 2)
+    examples, stats = rollout_examples(rows, tokenizer, max_length=start)
+    assert examples == [] and stats["dropped"] == {"longer than max_length": 4}
+    cut = sorted(full)[0]  # only the shortest rollouts fit
+    examples, stats = rollout_examples(rows, tokenizer, max_length=cut)
+    assert examples and all(len(e["input_ids"]) <= cut for e in examples)
+    assert all(tokenizer.decode(e["input_ids"]).endswith("<|im_end|>") for e in examples)  # whole, never cut
+    kept = sum(1 for row in rows for c in row["completions"]
+               if len(rollout_examples([{**row, "completions": [c], "rewards": [0.0]}], tokenizer, None)[0][0]["input_ids"])
+               <= cut)
+    assert len(examples) == kept and stats["dropped"] == {"longer than max_length": 4 - kept}
 
 
 def test_step_examples_label_only_the_last_separator_token(tokenizer):

@@ -108,6 +108,19 @@ def test_rollout_scores_mean_and_last_over_the_completion():
     mask = torch.tensor([[0, 1, 1, 0]])
     assert rollout_scores(logits, mask, "mean").item() == pytest.approx((0.5 + 0.75) / 2)
     assert rollout_scores(logits, mask, "last").item() == pytest.approx(0.75)
+    # The default is the book's: the last completion token.
+    assert rollout_scores(logits, mask).item() == pytest.approx(0.75)
+
+
+def test_orm_scores_by_the_last_token_by_default():
+    """The book's ORM evaluation: sigmoid of the LAST completion token's logit; `mean` stays an option."""
+    from custom_losses.reward_models.config import OutcomeRMConfig
+    from rlhf_recipes.config import load_recipe
+
+    assert OutcomeRMConfig(output_dir="/tmp/unused", use_cpu=True).score_reduction == "last"
+    assert load_recipe(["recipes/orm.yaml", "--bf16", "false"]).training.score_reduction == "last"
+    assert load_recipe(["recipes/orm.yaml", "--bf16", "false", "--score_reduction", "mean"]
+                       ).training.score_reduction == "mean"
 
 
 def test_preference_metrics():
@@ -140,3 +153,48 @@ def test_step_metrics():
     assert m["majority_baseline"] == pytest.approx(2 / 5)
     assert m["recall_bad"] == 0.5 and m["recall_neutral"] == 1.0 and m["recall_good"] == 0.5
     assert m["num_steps"] == 5
+
+
+# ---------------------------------------------------------------------------------------
+# The PRM's learning rate: the book's torch LinearLR(start_factor 0.1, total_iters W), then constant.
+
+
+def test_prm_warmup_formula():
+    from custom_losses.schedules import book_warmup_constant
+
+    W = 10
+    assert book_warmup_constant(0, W) == pytest.approx(0.1)  # starts at 0.1 lr, not 0
+    assert book_warmup_constant(5, W) == pytest.approx(0.1 + 0.9 * 5 / 10)
+    assert book_warmup_constant(W - 1, W) == pytest.approx(0.1 + 0.9 * 9 / 10)
+    assert book_warmup_constant(W, W) == 1.0 and book_warmup_constant(10 * W, W) == 1.0  # then held
+    assert [book_warmup_constant(k, 0) for k in range(3)] == [1.0, 1.0, 1.0]  # no warmup: constant
+    with pytest.raises(ValueError):
+        book_warmup_constant(0, 4, start_factor=0.0)
+
+
+def test_prm_recipe_schedule_is_torch_linear_lr_then_constant():
+    """The recipe's scheduler gives, step for step, the LR of torch's LinearLR(0.1, W) (the book's)."""
+    from custom_losses.schedules import BookLRScheduleMixin
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.registry import import_object
+
+    recipe = load_recipe(["recipes/prm.yaml", "--bf16", "false"])
+    assert issubclass(import_object(recipe.algorithm.trainer_class), BookLRScheduleMixin)
+    args = recipe.training
+    assert args.book_lr_schedule and args.book_lr_shape == "warmup_constant" and args.warmup_steps == 0.1
+    T, W = 125, 12  # int(0.1 x 125)
+    ours_p, book_p = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    ours_opt = torch.optim.SGD([ours_p], lr=args.learning_rate)
+    book_opt = torch.optim.SGD([book_p], lr=args.learning_rate)
+    stub = SimpleNamespace(args=args, lr_scheduler=None)
+    ours = BookLRScheduleMixin.create_scheduler(stub, T, ours_opt)
+    book = torch.optim.lr_scheduler.LinearLR(book_opt, start_factor=0.1, total_iters=W)
+    lrs = []
+    for _ in range(T):
+        lrs.append(ours_opt.param_groups[0]["lr"])
+        assert lrs[-1] == pytest.approx(book_opt.param_groups[0]["lr"], rel=1e-9)
+        for opt, sched in ((ours_opt, ours), (book_opt, book)):
+            opt.step()
+            sched.step()
+    lr = args.learning_rate
+    assert [lrs[0], lrs[W - 1], lrs[W], lrs[-1]] == pytest.approx([0.1 * lr, lr * (0.1 + 0.9 * 11 / 12), lr, lr])

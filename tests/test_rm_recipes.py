@@ -186,6 +186,16 @@ def _resolved(recipe: str) -> dict:
     return {**r.resolved, "gradient_accumulation_steps": r.training.gradient_accumulation_steps}
 
 
+@pytest.mark.parametrize("recipe", ["preference_rm.yaml", "orm.yaml", "prm.yaml", "hh_rm.yaml"])
+def test_reward_models_keep_fp32_weights_under_bf16_autocast(recipe):
+    """The book (a66b0bf): fp32 weights and optimizer state, bf16 autocast for compute."""
+    import yaml
+
+    raw = yaml.safe_load((RECIPES / recipe).read_text())
+    assert raw["dtype"] == "float32" and raw["bf16"] is True
+    assert load_recipe([str(RECIPES / recipe), "--bf16", "false"]).model.dtype == "float32"
+
+
 def test_recipes_carry_the_books_settings():
     bt = _resolved("preference_rm.yaml")
     assert {k: bt[k] for k in ("model_name_or_path", "dataset", "dataset_shuffle_seed", "num_samples", "eval_fraction",

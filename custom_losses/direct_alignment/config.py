@@ -1,4 +1,5 @@
-"""BookDPOConfig: DPOConfig plus the choice of one of the book's direct-alignment losses (losses.py)."""
+"""Direct-alignment configs: ScheduledDPOConfig (TRL's DPOConfig + the book's LR schedule option) and
+BookDPOConfig (that + the choice of one of the book's losses, losses.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,26 @@ from dataclasses import dataclass, field
 from trl import DPOConfig
 
 from custom_losses.direct_alignment.losses import BOOK_LOSSES
+from custom_losses.schedules import BookLRScheduleArguments
 
 
 @dataclass
-class BookDPOConfig(DPOConfig):
+class ScheduledDPOConfig(BookLRScheduleArguments, DPOConfig):
+    """TRL's DPOConfig plus `book_lr_schedule` / `book_lr_shape` (custom_losses/schedules.py)."""
+
+
+@dataclass
+class BookDPOConfig(ScheduledDPOConfig):
     """DPOConfig plus the book's losses that TRL does not compute the same way."""
 
     book_loss: str = field(
         default="dpo",
         metadata={"help": f"Which book loss to use: {', '.join(BOOK_LOSSES)}. Replaces `loss_type`."},
+    )
+    gamma_beta_ratio: float = field(
+        default=0.5,
+        metadata={"help": "SimPO: the target margin as a gamma/beta ratio (the book's and the SimPO paper's "
+                  "`gamma`, 0.5); the loss shifts beta * (a_c - a_r) by gamma_beta_ratio * beta."},
     )
     desirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the chosen (desirable) term."})
     undesirable_weight: float = field(default=1.0, metadata={"help": "KTO: weight of the rejected term."})

@@ -10,6 +10,10 @@ Why not TRL's own option:
   ipo   TRL's `ipo` length-normalises the log-ratios; the book uses summed ones.
   orpo  TRL's ORPO takes the NLL over prompt+response as a token mean, without clamping.
   kto   TRL's KTOTrainer unpairs the data and runs extra forwards for the KL point.
+  apo_zero, apo_down  TRL's `apo_zero`/`apo_down` add a constant 1 to the loss (same gradients, a
+        logged loss 1.0 above the book's).
+  simpo TRL's CPOTrainer keeps the prompt and cuts the response's end on over-long pairs; the book
+        cuts prompt+response from the left (DPOTrainer's keep_end), keeping the response.
 
 Inputs are (batch,) tensors; outputs are (batch,) per-pair losses unless stated otherwise.
 """
@@ -19,7 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BOOK_LOSSES = ("dpo", "cdpo", "ipo", "orpo", "kto")
+BOOK_LOSSES = ("dpo", "cdpo", "ipo", "orpo", "kto", "apo_zero", "apo_down", "simpo")
+REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # read the policy's log-probs alone (AVERAGED over the response)
 
 
 def dpo_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:
@@ -41,6 +46,24 @@ def cdpo_loss(
 def ipo_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:
     """(D - 1/(2 beta))^2 with D = lr_c - lr_r on SUMMED log-ratios (no length normalisation)."""
     return (chosen_logratios - rejected_logratios - 1.0 / (2.0 * beta)) ** 2
+
+
+def apo_zero_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:
+    """APO-zero: -sigmoid(beta * lr_c) + sigmoid(beta * lr_r) (no constant: TRL's adds 1)."""
+    return -torch.sigmoid(beta * chosen_logratios) + torch.sigmoid(beta * rejected_logratios)
+
+
+def apo_down_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:
+    """APO-down: sigmoid(beta * lr_c) - sigmoid(beta * (lr_c - lr_r)) (no constant: TRL's adds 1)."""
+    return torch.sigmoid(beta * chosen_logratios) - torch.sigmoid(beta * (chosen_logratios - rejected_logratios))
+
+
+def simpo_loss(
+    chosen_avg_logps: torch.Tensor, rejected_avg_logps: torch.Tensor, beta: float, gamma_beta_ratio: float
+) -> torch.Tensor:
+    """SimPO, reference-free: -logsigmoid(beta * (a_c - a_r - gamma_beta_ratio)), a_* the responses' AVERAGED
+    token log-probs. The book's gamma is the gamma/beta ratio (0.5), so the shift is gamma_beta_ratio * beta."""
+    return -F.logsigmoid(beta * (chosen_avg_logps - rejected_avg_logps - gamma_beta_ratio))
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
@@ -80,10 +103,16 @@ def kto_loss(
     """Paired KTO, as the book runs it. Returns (scalar loss, KL reference point).
 
     KL = clamp(mean(lr_r), min=0), detached: the batch's rejected log-ratios stand in for
-    the unrelated-completion KL estimate, so no extra forward pass is needed.
+    the unrelated-completion KL estimate, so no extra forward pass is needed. With a single
+    pair in the micro-batch the book falls back to the mean over BOTH log-ratios,
+    KL = clamp(mean([lr_c, lr_r]), min=0).
     loss = w_d * mean(1 - sigmoid(beta (lr_c - KL))) + w_u * mean(1 - sigmoid(beta (KL - lr_r))).
     """
-    kl = rejected_logratios.detach().mean().clamp(min=0)
+    if rejected_logratios.numel() > 1:
+        kl_logratios = rejected_logratios
+    else:
+        kl_logratios = torch.cat([chosen_logratios.reshape(-1), rejected_logratios.reshape(-1)])
+    kl = kl_logratios.detach().mean().clamp(min=0)
     chosen = 1 - torch.sigmoid(beta * (chosen_logratios - kl))
     rejected = 1 - torch.sigmoid(beta * (kl - rejected_logratios))
     return desirable_weight * chosen.mean() + undesirable_weight * rejected.mean(), kl

@@ -1,9 +1,10 @@
-"""BookDPOTrainer: DPOTrainer whose loss is one of the book's functions (losses.py).
+"""ScheduledDPOTrainer: TRL's DPOTrainer with the book's LR schedule option (custom_losses/schedules.py).
+BookDPOTrainer: that, with one of the book's loss functions (losses.py).
 
 It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
-support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO)
-runs with `reference_free=True`: the trainer then keeps no reference copy and computes no
-reference log-probs. Which algorithms are reference-free is the registry's fact
+support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO,
+SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
+the trainer then keeps no reference copy and computes no reference log-probs. Which algorithms are reference-free is the registry's fact
 (rlhf_recipes/registry.py, `reference_model`); the family passes it in.
 """
 
@@ -12,10 +13,18 @@ from __future__ import annotations
 import torch
 from trl import DPOTrainer
 
-from custom_losses.direct_alignment.losses import cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss
+from custom_losses.direct_alignment.losses import (
+    REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss,
+    simpo_loss,
+)
+from custom_losses.schedules import BookLRScheduleMixin
 
 
-class BookDPOTrainer(DPOTrainer):
+class ScheduledDPOTrainer(BookLRScheduleMixin, DPOTrainer):
+    """TRL's DPOTrainer, its loss untouched; `book_lr_schedule` gives it the book's warmup + linear decay."""
+
+
+class BookDPOTrainer(ScheduledDPOTrainer):
     """DPOTrainer whose loss is one of the book's functions (losses.py).
 
     Everything but the loss (tokenisation, collation, reference model or PEFT adapter
@@ -29,10 +38,11 @@ class BookDPOTrainer(DPOTrainer):
     def __init__(self, *args, reference_free: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.reference_free = reference_free
-        if reference_free != (self.args.book_loss == "orpo"):
+        if reference_free != (self.args.book_loss in REFERENCE_FREE_LOSSES):
             raise ValueError(
-                f"book_loss {self.args.book_loss!r} with reference_free={reference_free}: ORPO is the one book loss "
-                "without a reference model (reference_free=True); the others compare against one (False)"
+                f"book_loss {self.args.book_loss!r} with reference_free={reference_free}: {REFERENCE_FREE_LOSSES} "
+                "are the book losses without a reference model (reference_free=True); the others compare against "
+                "one (False)"
             )
         if reference_free:
             self.ref_model = None  # never queried; free the copy DPOTrainer made
@@ -56,14 +66,18 @@ class BookDPOTrainer(DPOTrainer):
         chosen_len, rejected_len = lengths.chunk(2, dim=0)
 
         metrics: dict[str, torch.Tensor] = {}
-        if self.reference_free:  # orpo
+        if self.reference_free:  # orpo, simpo: averaged log-probs
             avg_c, avg_r = chosen_logps / chosen_len, rejected_logps / rejected_len
-            per_pair, log_odds = orpo_loss(avg_c, avg_r, chosen_nll=-avg_c, beta=beta)
+            if loss_name == "orpo":
+                per_pair, log_odds = orpo_loss(avg_c, avg_r, chosen_nll=-avg_c, beta=beta)
+                metrics["nll_loss"] = (-avg_c).detach().mean()
+                metrics["log_odds_chosen"] = log_odds.detach().mean()
+            else:  # simpo
+                per_pair = simpo_loss(avg_c, avg_r, beta, self.args.gamma_beta_ratio)
             loss = per_pair.mean()
-            # The book logs ORPO's "rewards" as beta x averaged log-probs.
+            # "Rewards" are beta x averaged log-probs (the book's ORPO; TRL's CPO/SimPO, whose margins are
+            # beta x the book's SimPO margins: the registry's book_metrics rescale them).
             chosen_rewards, rejected_rewards = beta * avg_c.detach(), beta * avg_r.detach()
-            metrics["nll_loss"] = (-avg_c).detach().mean()
-            metrics["log_odds_chosen"] = log_odds.detach().mean()
         else:
             if self.precompute_ref_logps:
                 ref_c, ref_r = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
@@ -76,6 +90,10 @@ class BookDPOTrainer(DPOTrainer):
                 loss = cdpo_loss(lr_c, lr_r, beta, self.args.label_smoothing).mean()
             elif loss_name == "ipo":
                 loss = ipo_loss(lr_c, lr_r, beta).mean()
+            elif loss_name == "apo_zero":
+                loss = apo_zero_loss(lr_c, lr_r, beta).mean()
+            elif loss_name == "apo_down":
+                loss = apo_down_loss(lr_c, lr_r, beta).mean()
             else:  # kto
                 loss, kl = kto_loss(lr_c, lr_r, beta, self.args.desirable_weight, self.args.undesirable_weight)
                 metrics["kl"] = kl

@@ -8,6 +8,7 @@ from typing import ClassVar
 from transformers import TrainingArguments
 from trl import RewardConfig
 
+from custom_losses.schedules import BookLRScheduleArguments
 from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR
 
 TRUNCATION_MODES = ("keep_start", "keep_end")
@@ -45,22 +46,28 @@ class PreferenceRMConfig(RewardConfig):
 
 
 @dataclass
-class OutcomeRMConfig(TrainingArguments):
+class OutcomeRMConfig(BookLRScheduleArguments, TrainingArguments):
     """Outcome reward model: one logit per token, BCE on completion tokens against correctness."""
 
     rm_kind: ClassVar[str] = "outcome"
 
     max_length: int | None = field(
-        default=2048, metadata={"help": "Tokens per rollout (prompt + completion); longer ones are truncated."}
+        default=2048, metadata={"help": "Tokens per rollout (prompt + completion); longer training and evaluation "
+                                "rollouts are SKIPPED and counted as dropped (the book)."}
     )
-    truncation_mode: str = field(default="keep_start", metadata={"help": "keep_start (cut the end) or keep_end."})
+    truncation_mode: str = field(
+        default="keep_start",
+        metadata={"help": "Only when the saved ORM later scores text longer than max_length (demo, rewards): "
+                  "keep_start (cut the end) or keep_end."},
+    )
     max_rollouts_per_prompt: int | None = field(
         default=None, metadata={"help": "Use at most this many rollouts of each prompt (the first ones); null: all."}
     )
     score_reduction: str = field(
-        default="mean",
-        metadata={"help": "How a rollout's score is read from its token probabilities sigmoid(z_t): 'mean' over "
-                  "the completion tokens (the book's scoring) or 'last' (the final token)."},
+        default="last",
+        metadata={"help": "How a rollout's score is read from its token probabilities sigmoid(z_t): 'last', at "
+                  "the last completion token (the book's code), or 'mean' over the completion tokens (the "
+                  "book's text; every supervised token votes)."},
     )
     disable_dropout: bool = field(default=True, metadata={"help": "Turn dropout off (the book's head has none)."})
 
@@ -74,7 +81,7 @@ class OutcomeRMConfig(TrainingArguments):
 
 
 @dataclass
-class ProcessRMConfig(TrainingArguments):
+class ProcessRMConfig(BookLRScheduleArguments, TrainingArguments):
     """Process reward model: 3-class (bad/neutral/good) cross-entropy at each step separator."""
 
     rm_kind: ClassVar[str] = "process"

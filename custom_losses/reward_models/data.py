@@ -2,9 +2,9 @@
 
 Each kind's text layout is rewards/reward_model_encoding.py, the one the trained model is
 later scored with (rewards/reward_model_scoring.py), so an RM is always read the way it was
-trained. Over-long sequences are truncated (preference, outcome) and pairs that become
-identical are dropped and counted; process examples over the limit are dropped (truncating
-them would cut labeled steps off). Every builder returns length statistics for the run's log.
+trained. Over-long preference sequences are truncated and pairs that become identical are
+dropped and counted; outcome rollouts and process examples over the limit are dropped and
+counted (the book: truncating would cut the text its label is about). Every builder returns length statistics for the run's log.
 """
 
 from __future__ import annotations
@@ -64,9 +64,11 @@ def preference_examples(rows: Iterable[dict], tokenizer, max_length: int | None,
     return examples, stats
 
 
-def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, truncation_mode: str,
-                     max_rollouts: int | None = None):
-    """prompt/completions/rewards rows -> one {input_ids, completion_mask, rewards, group} per rollout."""
+def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, max_rollouts: int | None = None):
+    """prompt/completions/rewards rows -> one {input_ids, completion_mask, rewards, group} per rollout.
+
+    A rollout longer than `max_length` (prompt + completion) is SKIPPED and counted, as the book does;
+    truncating it would train on a cut completion against the whole rollout's correctness."""
     examples, lengths, dropped = [], [], 0
     for group, row in enumerate(rows):
         completions, rewards = row["completions"], row["rewards"]
@@ -76,14 +78,13 @@ def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, tr
         for completion, reward in zip(completions, rewards):
             ids, start = encode_rollout(tokenizer, row["prompt"], completion, cached)
             lengths.append(len(ids))
-            mask = [0] * start + [1] * (len(ids) - start)
-            ids, mask = truncate(ids, max_length, truncation_mode), truncate(mask, max_length, truncation_mode)
-            if not any(mask):
+            if max_length is not None and len(ids) > max_length:
                 dropped += 1
                 continue
+            mask = [0] * start + [1] * (len(ids) - start)
             examples.append({"input_ids": ids, "completion_mask": mask, "rewards": float(reward), "group": group})
     stats = {"rollouts": len(examples),
-             "dropped": {"no completion token left after truncation": dropped} if dropped else {},
+             "dropped": {"longer than max_length": dropped} if dropped else {},
              "lengths": length_stats(lengths, max_length)}
     return examples, stats
 

@@ -16,12 +16,14 @@ import torch
 from transformers import Trainer
 
 from custom_losses.reward_models.data import IGNORE_INDEX, RolloutCollator, StepCollator
+from custom_losses.schedules import BookLRScheduleMixin
 from custom_losses.reward_models.losses import rollout_metrics, step_ce_loss, step_metrics, token_bce_loss
 from rewards.reward_model_scoring import rollout_scores
 
 
-class _TokenRewardTrainer(Trainer):
-    """Shared plumbing of the ORM and PRM trainers: collator, metrics, logging like TRL's trainers."""
+class _TokenRewardTrainer(BookLRScheduleMixin, Trainer):
+    """Shared plumbing of the ORM and PRM trainers: collator, metrics, logging like TRL's trainers, the book's
+    LR schedule option (custom_losses/schedules.py)."""
 
     loss_is_scaled_for_ga = False  # compute_loss returns a per-micro-batch mean; Trainer divides by accumulation
     collator_class: ClassVar[type]

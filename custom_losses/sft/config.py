@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from custom_losses.schedules import BookLRScheduleArguments
+
 
 @dataclass
-class BookSFTConfig(SFTConfig):
+class BookSFTConfig(BookLRScheduleArguments, SFTConfig):
     chat_template_from: str | None = field(
         default=None,
         metadata={"help": "Copy ONLY the chat template string of this tokenizer (hub id or path) onto the model's "
@@ -16,19 +18,9 @@ class BookSFTConfig(SFTConfig):
                   "`chat_template_path` with a tokenizer instead adds the source's tokens and resizes the "
                   "embeddings (to a multiple of 64)."},
     )
-    book_lr_schedule: bool = field(
-        default=False,
-        metadata={"help": "The book's warmup + linear decay (custom_losses/schedules.py): W = int(warmup_steps * T) "
-                  "for a ratio, lr (k+1)/(W+1) for k < W, then lr (T-k)/(T-W). Replaces lr_scheduler_type."},
-    )
     drop_partial_steps: bool = field(
         default=False,
         metadata={"help": "Each epoch yields only whole optimizer steps (per-device batch x accumulation x world "
                   "size rows); the leftover rows of an epoch's shuffle are dropped, as the book does. "
                   "transformers' default takes a partial last step."},
     )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.book_lr_schedule and self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0 for book_lr_schedule, got {self.warmup_steps}")

@@ -15,13 +15,13 @@ import logging
 
 from trl import SFTTrainer
 
-from custom_losses.schedules import book_warmup_linear_scheduler, book_warmup_steps
+from custom_losses.schedules import BookLRScheduleMixin
 from custom_losses.sft.sampler import WholeStepSampler
 
 logger = logging.getLogger(__name__)
 
 
-class BookSFTTrainer(SFTTrainer):
+class BookSFTTrainer(BookLRScheduleMixin, SFTTrainer):
     _name = "BookSFT"
 
     def __init__(self, *args, **kwargs):
@@ -47,15 +47,3 @@ class BookSFTTrainer(SFTTrainer):
     def _current_epoch(self) -> int:
         """The epoch being started, from the optimizer steps taken (also right after a resume mid-epoch)."""
         return self.state.global_step // self._whole_step_sampler.steps_per_epoch
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if not self.args.book_lr_schedule:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if self.lr_scheduler is None:
-            warmup = book_warmup_steps(self.args.warmup_steps, num_training_steps)
-            self.lr_scheduler = book_warmup_linear_scheduler(optimizer or self.optimizer, warmup, num_training_steps)
-            self._created_lr_scheduler = True
-            if self.args.process_index == 0:
-                logger.info("book_lr_schedule: %d warmup steps of %d (lr_scheduler_type %s is not used)", warmup,
-                            num_training_steps, self.args.lr_scheduler_type)
-        return self.lr_scheduler

@@ -23,8 +23,8 @@ class DirectAlignment(Family):
 
     def trainer_kwargs(self, recipe, trainer_class: type) -> dict[str, Any]:
         """A reference-free algorithm (`reference_model=False` in the registry) on BookDPOTrainer gets
-        `reference_free=True`, so it drops the reference copy DPOTrainer makes; TRL's reference-free
-        trainers (CPOTrainer for simpo) keep none of their own and take no such argument."""
+        `reference_free=True`, so it drops the reference copy DPOTrainer makes; a reference-free trainer of
+        TRL's own (none today) would keep none and take no such argument."""
         from custom_losses.direct_alignment.trainer import BookDPOTrainer
 
         if recipe.algorithm.reference_model or not issubclass(trainer_class, BookDPOTrainer):

@@ -74,8 +74,7 @@ def tokenize_split(recipe, tokenizer, rows, split: str):
     if kind == "preference":
         examples, stats = preference_examples(rows, tokenizer, cfg.max_length, cfg.truncation_mode)
     elif kind == "outcome":
-        examples, stats = rollout_examples(rows, tokenizer, cfg.max_length, cfg.truncation_mode,
-                                           cfg.max_rollouts_per_prompt)
+        examples, stats = rollout_examples(rows, tokenizer, cfg.max_length, cfg.max_rollouts_per_prompt)
     else:
         examples, stats = step_examples(rows, tokenizer, cfg.max_length, cfg.max_reasoning_steps,
                                         cfg.prompt_template, cfg.step_separator)
@@ -121,7 +120,7 @@ def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict
         return preference_metrics(rewards[: len(chosen)], rewards[len(chosen):])
     if kind == "outcome":
         scores = rollout_rewards(model, list(dataset["input_ids"]), list(dataset["completion_mask"]), pad_id,
-                                 batch_size, info.get("score_reduction", "mean"))
+                                 batch_size, info.get("score_reduction", "last"))
         return rollout_metrics(scores, dataset["rewards"], dataset["group"])
     ids, labels = list(dataset["input_ids"]), list(dataset["labels"])
     positions = [[i for i, y in enumerate(lab) if y != -100] for lab in labels]
@@ -256,7 +255,7 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
                 mask = [0] * start + [1] * (len(ids) - start)
                 seqs.append(truncate(ids, max_length, mode))
                 masks.append(truncate(mask, max_length, mode))
-        scores = rollout_rewards(model, seqs, masks, pad_id, reduction=info.get("score_reduction", "mean"))
+        scores = rollout_rewards(model, seqs, masks, pad_id, reduction=info.get("score_reduction", "last"))
         for k, (question, good, bad, what) in enumerate(questions):
             sa, sb = scores[2 * k], scores[2 * k + 1]
             items.append({"example": f"GSM8K test: correct vs perturbed ({what})", "prompt": _clip(question),

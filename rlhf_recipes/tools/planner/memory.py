@@ -215,7 +215,7 @@ def fused_head_bytes(shape: ModelShape, scored_tokens: int, e: int, head_trainab
 
 
 def full_logits_bytes(shape: ModelShape, tokens: int, e: int, triton: bool = True) -> dict[str, float]:
-    """A trainer that materializes the logits (TRL's CPO/SimPO): (T, V) logits in e, kept for backward,
+    """A trainer that materializes the logits (e.g. TRL's CPOTrainer): (T, V) logits in e, kept for backward,
     and their gradient (T V e) at the start of backward. Without Triton (CPU), selective_log_softmax
     also keeps the stacked per-row log-softmax and builds the gradient with a scatter: 4 T V e."""
     logits = tokens * shape.vocab * e

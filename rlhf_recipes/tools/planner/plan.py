@@ -329,7 +329,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         head_name = None
     elif algorithm.materializes_full_logits:
         head = M.full_logits_bytes(shape, T, e, triton=device != "cpu")
-        head_name = "logits (T x V, materialized by CPOTrainer)"
+        head_name = "logits (T x V, materialized by the trainer)"
     else:
         head = M.fused_head_bytes(shape, T, e, head_trainable=not peft, p=p, triton=device != "cpu")
         head_name = "LM head (TRL fused log-prob tiles" + (", fp32 weight grad)" if not peft else ")")
