@@ -35,6 +35,6 @@ class BookDPOConfig(ScheduledDPOConfig):
     def __post_init__(self):
         if self.book_loss not in BOOK_LOSSES:
             raise ValueError(f"book_loss must be one of {BOOK_LOSSES}, got {self.book_loss!r}")
-        if self.book_loss == "cdpo" and not 0 <= self.label_smoothing < 0.5:
+        if not 0 <= self.label_smoothing < 0.5:  # cdpo's eps: the assumed share of flipped labels
             raise ValueError(f"cdpo needs 0 <= label_smoothing < 0.5, got {self.label_smoothing}")
         super().__post_init__()

@@ -24,6 +24,31 @@ class ScheduledDPOTrainer(BookLRScheduleMixin, DPOTrainer):
     """TRL's DPOTrainer, its loss untouched; `book_lr_schedule` gives it the book's warmup + linear decay."""
 
 
+# book_loss -> f(chosen, rejected, beta, config) -> (scalar loss, extra metrics). The log-ratio losses take
+# lr = logp - ref summed over the response; the reference-free ones take the AVERAGED response log-probs.
+LOGRATIO_LOSSES = {
+    "dpo": lambda c, r, beta, cfg: (dpo_loss(c, r, beta).mean(), {}),
+    "cdpo": lambda c, r, beta, cfg: (cdpo_loss(c, r, beta, cfg.label_smoothing).mean(), {}),
+    "ipo": lambda c, r, beta, cfg: (ipo_loss(c, r, beta).mean(), {}),
+    "apo_zero": lambda c, r, beta, cfg: (apo_zero_loss(c, r, beta).mean(), {}),
+    "apo_down": lambda c, r, beta, cfg: (apo_down_loss(c, r, beta).mean(), {}),
+    "kto": lambda c, r, beta, cfg: _with_kl(*kto_loss(c, r, beta, cfg.desirable_weight, cfg.undesirable_weight)),
+}
+AVERAGED_LOSSES = {
+    "orpo": lambda c, r, beta, cfg: _orpo(c, r, beta),
+    "simpo": lambda c, r, beta, cfg: (simpo_loss(c, r, beta, cfg.gamma_beta_ratio).mean(), {}),
+}
+
+
+def _with_kl(loss: torch.Tensor, kl: torch.Tensor):
+    return loss, {"kl": kl}
+
+
+def _orpo(avg_c: torch.Tensor, avg_r: torch.Tensor, beta: float):
+    per_pair, log_odds = orpo_loss(avg_c, avg_r, chosen_nll=-avg_c, beta=beta)
+    return per_pair.mean(), {"nll_loss": (-avg_c).detach().mean(), "log_odds_chosen": log_odds.detach().mean()}
+
+
 class BookDPOTrainer(ScheduledDPOTrainer):
     """DPOTrainer whose loss is one of the book's functions (losses.py).
 
@@ -65,16 +90,9 @@ class BookDPOTrainer(ScheduledDPOTrainer):
         chosen_logps, rejected_logps = logps.chunk(2, dim=0)
         chosen_len, rejected_len = lengths.chunk(2, dim=0)
 
-        metrics: dict[str, torch.Tensor] = {}
         if self.reference_free:  # orpo, simpo: averaged log-probs
             avg_c, avg_r = chosen_logps / chosen_len, rejected_logps / rejected_len
-            if loss_name == "orpo":
-                per_pair, log_odds = orpo_loss(avg_c, avg_r, chosen_nll=-avg_c, beta=beta)
-                metrics["nll_loss"] = (-avg_c).detach().mean()
-                metrics["log_odds_chosen"] = log_odds.detach().mean()
-            else:  # simpo
-                per_pair = simpo_loss(avg_c, avg_r, beta, self.args.gamma_beta_ratio)
-            loss = per_pair.mean()
+            loss, metrics = AVERAGED_LOSSES[loss_name](avg_c, avg_r, beta, self.args)
             # "Rewards" are beta x averaged log-probs (the book's ORPO; TRL's CPO/SimPO, whose margins are
             # beta x the book's SimPO margins: the registry's book_metrics rescale them).
             chosen_rewards, rejected_rewards = beta * avg_c.detach(), beta * avg_r.detach()
@@ -84,19 +102,7 @@ class BookDPOTrainer(ScheduledDPOTrainer):
             else:
                 ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
             lr_c, lr_r = chosen_logps - ref_c, rejected_logps - ref_r
-            if loss_name == "dpo":
-                loss = dpo_loss(lr_c, lr_r, beta).mean()
-            elif loss_name == "cdpo":
-                loss = cdpo_loss(lr_c, lr_r, beta, self.args.label_smoothing).mean()
-            elif loss_name == "ipo":
-                loss = ipo_loss(lr_c, lr_r, beta).mean()
-            elif loss_name == "apo_zero":
-                loss = apo_zero_loss(lr_c, lr_r, beta).mean()
-            elif loss_name == "apo_down":
-                loss = apo_down_loss(lr_c, lr_r, beta).mean()
-            else:  # kto
-                loss, kl = kto_loss(lr_c, lr_r, beta, self.args.desirable_weight, self.args.undesirable_weight)
-                metrics["kl"] = kl
+            loss, metrics = LOGRATIO_LOSSES[loss_name](lr_c, lr_r, beta, self.args)
             chosen_rewards, rejected_rewards = beta * lr_c.detach(), beta * lr_r.detach()
 
         gather = self.accelerator.gather
