@@ -80,6 +80,8 @@ _OUTCOME_RM = dict(config_class="custom_losses.reward_models.config:OutcomeRMCon
                    trainer_class="custom_losses.reward_models.trainers:OutcomeRMTrainer")
 _PROCESS_RM = dict(config_class="custom_losses.reward_models.config:ProcessRMConfig",
                    trainer_class="custom_losses.reward_models.trainers:ProcessRMTrainer")
+_BOOK_SDPO = dict(config_class="custom_losses.sdpo.config:BookSDPOConfig",
+                  trainer_class="custom_losses.sdpo.trainer:BookSDPOTrainer")
 
 # --- What a family's entries share ---------------------------------------------------------
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
@@ -258,6 +260,23 @@ ALGORITHMS: dict[str, Algorithm] = {
                       "drop_partial_steps": True},
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
             book_runs=("nybj8sdx",), book_metrics=sft_metrics(),
+        ),
+        # --- self-distillation (book chapter 12) ------------------------------------------
+        Algorithm(
+            "sdpo", family="self_distillation", **_BOOK_SDPO,
+            paper="Hübotter et al. 2026, Reinforcement Learning via Self-Distillation (SDPO)",
+            chapter="12",
+            # TRL's experimental SDPOTrainer computes the book's top-k + tail reverse KL only with these settings
+            # (BookSDPOConfig's defaults, repeated here as what makes the run SDPO); BookSDPOTrainer adds the redraw
+            # of groups without a success, the group token mean and the book's loss mask. No published run id.
+            defaults={"distillation_mode": "topk_logits", "distillation_topk": 20, "distillation_add_tail": True,
+                      "distillation_alpha": 1.0, "distillation_weight": 1.0, "teacher_model_kind": "live",
+                      "dont_reprompt_on_self_success": False, "redraw_failed_groups": True,
+                      "group_token_mean": True},
+            key_metrics=("reward", "skipped", "self_distillation/distillation_loss", "completions/mean_length",
+                         "grad_norm"),
+            reference_model=False, materializes_full_logits=True,
+            book_shape=BookShape(prompts_per_rollout=16, rollouts_per_prompt=8),
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(

@@ -43,7 +43,7 @@ def test_registry_entries_carry_their_facts():
             assert algorithm.book_runs and algorithm.book_shape.prompts_per_rollout, algorithm.name
         if algorithm.family == "direct_alignment":
             assert algorithm.book_shape.accumulation_steps and algorithm.book_shape.beta, algorithm.name
-    assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo"}
+    assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo", "sdpo"}  # sdpo: a live teacher
 
 
 def _write(tmp_path: Path, text: str) -> str:

@@ -146,7 +146,7 @@ def load_for_planning(argv: list[str], world_size: int):
 def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> Workload:
     training, family = recipe.training, recipe.algorithm.family
     per_device = training.per_device_train_batch_size
-    if family == "policy_gradient":
+    if family == "policy_gradient" or getattr(training, "num_generations", None):  # trains on its own rollouts
         prompt = prompt_len or getattr(training, "max_prompt_length", None) or DEFAULT_PROMPT_LENGTH
         completion = training.max_completion_length
         generation = (getattr(training, "generation_batch_size", None)
