@@ -51,11 +51,16 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)  # a stage's file exists only once it is complete
 
 
-def stage(path: Path, name: str, compute: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The rows of a stage: read from `path` when a previous run finished it, else computed and written."""
+def stage(path: Path, name: str, compute: Callable[[], list[dict[str, Any]]],
+          still_valid: Callable[[list[dict[str, Any]]], bool] = lambda rows: True) -> list[dict[str, Any]]:
+    """The rows of a stage: read from `path` when a previous run finished it (and `still_valid` accepts its
+    rows), else computed and written."""
     if path.exists():
-        logger.info("stage %s: found %s, skipped", name, path)
-        return read_jsonl(path)
+        rows = read_jsonl(path)
+        if still_valid(rows):
+            logger.info("stage %s: found %s, skipped", name, path)
+            return rows
+        logger.info("stage %s: %s is from another training step, computed again", name, path)
     logger.info("stage %s: running", name)
     rows = compute()
     write_jsonl(path, rows)
@@ -117,8 +122,15 @@ def tiny_reward_model():
 
     from rlhf_recipes.tiny import tiny_model_path
 
+    from transformers.utils import logging as hf_logging
+
     path = tiny_model_path()
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the score head is missing from the causal LM's files, by design
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=generator))
@@ -301,8 +313,9 @@ class RejectionSampling(SupervisedFineTuning):
         raw = raw.select(range(min(cfg.eval_questions, len(raw))))
         return normalize_rows(raw, source, where, recipe.args.system_prompt)
 
-    def evaluate(self, recipe, model, tokenizer, path: Path, name: str) -> list[dict[str, Any]]:
-        """Greedy answers to the test questions, graded (custom_losses/rejection_sampling/grading.py)."""
+    def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0) -> list[dict[str, Any]]:
+        """Greedy answers to the test questions, graded (custom_losses/rejection_sampling/grading.py); each row
+        records the optimizer `step` of the weights, so a file of other weights is not taken for this one."""
         from custom_losses.rejection_sampling import grading
 
         def compute():
@@ -316,10 +329,10 @@ class RejectionSampling(SupervisedFineTuning):
                 predicted = grading.extract_answer(answer["text"])
                 rows.append({"question": row["prompt"][-1]["content"], "gold": row["answer"],
                              "completion": answer["text"], "predicted": predicted,
-                             "correct": grading.is_correct(predicted, row["answer"])})
+                             "correct": grading.is_correct(predicted, row["answer"]), "step": step})
             return rows
 
-        return stage(path, name, compute)
+        return stage(path, name, compute, still_valid=lambda rows: all(r.get("step") == step for r in rows))
 
     def final_results(self, recipe, trainer) -> dict[str, Any]:
         """Stage 6 on the trained policy; test_accuracy (tuned) next to base_test_accuracy."""
@@ -327,7 +340,8 @@ class RejectionSampling(SupervisedFineTuning):
         if not trainer.is_world_process_zero():
             return results
         out = Path(recipe.training.output_dir)
-        tuned = self.evaluate(recipe, trainer.model, trainer.processing_class, out / EVAL_TUNED, "6 evaluate tuned")
+        tuned = self.evaluate(recipe, trainer.model, trainer.processing_class, out / EVAL_TUNED, "6 evaluate tuned",
+                              step=trainer.state.global_step)
         base = read_jsonl(out / EVAL_BASE) if (out / EVAL_BASE).exists() else None
 
         def accuracy(rows):
