@@ -124,7 +124,7 @@ def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
                 defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
                           "drop_partial_steps": True},
                 key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
-                book_runs=(run,), reference_model=False,
+                book_runs=(run,),
                 book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
 
 
@@ -277,7 +277,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         # One family, four selection rules: two use the reward model, two are their matched-size random
         # controls. The metric is test_accuracy on the first 200 GSM8K test questions (final_results.json).
         Algorithm("rejection_sampling_top_per_prompt", **_rejection_sampling("ohm3xnga", "top_per_prompt", 0.790)),
-        Algorithm("rejection_sampling_random_per_prompt", **_rejection_sampling("y3pbcla7", "random_per_prompt", 0.795)),
+        Algorithm("rejection_sampling_random_per_prompt",
+                  **_rejection_sampling("y3pbcla7", "random_per_prompt", 0.795)),
         Algorithm("rejection_sampling_top_k_overall", **_rejection_sampling("w75hklzs", "top_k_overall", 0.800)),
         Algorithm("rejection_sampling_random_k_overall", **_rejection_sampling("egeyr1q3", "random_k_overall", 0.770)),
         # --- reward models (book chapter 5) ----------------------------------------------
