@@ -28,6 +28,11 @@ class RejectionSamplingConfig(BookSFTConfig):
                   "the chat [system, question, completion] is the reward. 'tiny': a stand-in built from the tiny "
                   "model."},
     )
+    reward_model_trust_remote_code: bool = field(
+        default=False,
+        metadata={"help": "Let the reward model's repository run its own code (the book passes True for AceMath; "
+                  "its architecture is transformers' standard sequence classifier, so False loads it too)."},
+    )
     enable_thinking: bool = field(
         default=False, metadata={"help": "Passed to the chat template for generation, SFT and evaluation."})
     rollout_temperature: float = field(default=0.8, metadata={"help": "Sampling temperature of stage 1."})

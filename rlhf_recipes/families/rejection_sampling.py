@@ -81,15 +81,20 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
              enable_thinking: bool, desc: str, **sampling) -> list[list[dict[str, Any]]]:
     """n completions per chat (greedy when `sampling` is empty), batched with left padding; per chat a list
     of {"text", "truncated"} (truncated: no end token within max_new_tokens; kept, as the book does)."""
+    import copy
+
     import torch
     from tqdm.auto import tqdm
-    from transformers import GenerationConfig
 
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, use_cache=True,
-        **({"do_sample": True, **sampling} if sampling else {"do_sample": False}),
-    )
+    # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
+    # the stage's settings on top; greedy clears the model's default sampling settings.
+    config = copy.deepcopy(model.generation_config)
+    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None}
+    config.update(max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
+                  use_cache=True, **({"do_sample": True, **sampling} if sampling else greedy))
+    if config.eos_token_id is None:
+        config.eos_token_id = tokenizer.eos_token_id
+    end_ids = torch.tensor(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id])
     was_training, side = model.training, tokenizer.padding_side
     model.eval()
     tokenizer.padding_side = "left"
@@ -103,7 +108,7 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
             inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
                 ids = model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:]
-            ended = (ids == tokenizer.eos_token_id).any(dim=1).tolist()
+            ended = torch.isin(ids, end_ids.to(ids.device)).any(dim=1).tolist()
             decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
             for i in range(len(texts)):
                 out.append([{"text": decoded[k], "truncated": not ended[k]} for k in range(i * n, (i + 1) * n)])
@@ -137,7 +142,7 @@ def tiny_reward_model():
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def load_reward_model(spec: str, dtype):
+def load_reward_model(spec: str, dtype, trust_remote_code: bool = False):
     """`tiny`, `rm:<folder>`, a folder or a hub id -> (sequence classifier with one logit, its tokenizer)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -147,8 +152,9 @@ def load_reward_model(spec: str, dtype):
         path = spec[len(RM_PREFIX):] if spec.startswith(RM_PREFIX) else spec
         merged = Path(path) / "merged"
         path = str(merged) if merged.is_dir() else path
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype,
+                                                                   trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if model.config.pad_token_id is None:  # the classifier finds each row's last token through it
@@ -240,7 +246,7 @@ class RejectionSampling(SupervisedFineTuning):
             self.evaluate(recipe, model, tokenizer, out / EVAL_BASE, "6 evaluate base")
 
         def scored():
-            rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype)
+            rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
             rm.to(model.device)
             flat = [[*chat, {"role": "assistant", "content": c}]
                     for chat, rec in zip(chats, generated) for c in rec["completions"]]
