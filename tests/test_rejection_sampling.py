@@ -156,6 +156,12 @@ def test_sft_rows_train_the_completion_and_end_token_only(tmp_path):
     assert "<think>" in tokenizer.decode(example["input_ids"]) and "think" not in tokenizer.decode(trained)
 
 
+def test_a_missing_reward_model_is_a_one_line_error_before_anything_loads(tmp_path, capsys):
+    run_recipe("rejection_sampling_top_k_overall.yaml", tmp_path / "run", "--reward_model", f"rm:{tmp_path}/no-rm",
+               expect=2)
+    assert "reward_model" in capsys.readouterr().err and not (tmp_path / "run" / "rollouts.jsonl").exists()
+
+
 # --- end to end on the tiny profile ---------------------------------------------------------------
 STAGE_FILES = ("rollouts.jsonl", "scored.jsonl", "selection.jsonl", "eval_base.jsonl")
 
