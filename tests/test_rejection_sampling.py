@@ -222,3 +222,17 @@ def test_rerun_skips_finished_stages_and_resumes_sft_exactly(finished, tmp_path,
     assert losses_after(copy, 2) == pytest.approx(losses_after(out, 2), rel=1e-5)
     assert resumed["steps"] == 6 and resumed["test_accuracy"] == results["test_accuracy"]
     assert (copy / "eval_tuned.jsonl").read_text() == (out / "eval_tuned.jsonl").read_text()
+
+
+@pytest.mark.parametrize("rule, pairs", [("top_k_overall", 8), ("random_per_prompt", 6), ("random_k_overall", 8)])
+def test_every_rule_runs_on_tiny(rule, pairs, tmp_path):
+    """The other three recipes: the selection is the rule applied to the cache (K=8 on tiny), and the SFT stage
+    takes 2 epochs of pairs / 2 steps."""
+    from rlhf_recipes.families.rejection_sampling import read_jsonl
+
+    out = tmp_path / rule
+    results = run_recipe(f"rejection_sampling_{rule}.yaml", out)
+    scored, picked = read_jsonl(out / "scored.jsonl"), read_jsonl(out / "selection.jsonl")
+    assert [(p["prompt_index"], p["completion_index"]) for p in picked] == selection.RULES[rule](scored, 8, 42)
+    assert results["selection"]["pairs"] == len(picked) == pairs and results["steps"] == 2 * pairs // 2
+    assert 0.0 <= results["test_accuracy"] <= 1.0
