@@ -50,6 +50,7 @@ class Algorithm:
     book_runs: tuple[str, ...] = ()  # the book's published wandb run ids (project rlhf-book/core)
     book_shape: BookShape = BookShape()
     book_metrics: tuple[MetricMap, ...] = ()  # the book's metric names -> ours, with scales
+    book_results: dict[str, float] = field(default_factory=dict)  # published final numbers (final_results.json keys)
 
 
 def import_object(path: str) -> Any:
@@ -74,6 +75,8 @@ _BOOK_GRPO = dict(config_class="custom_losses.policy_gradient.config:BookGRPOCon
 _PPO = dict(config_class="custom_losses.ppo.config:PPOConfig", trainer_class="custom_losses.ppo.trainer:PPOTrainer")
 _BOOK_SFT = dict(config_class="custom_losses.sft.config:BookSFTConfig",
                  trainer_class="custom_losses.sft.trainer:BookSFTTrainer")
+_BOOK_RS = dict(config_class="custom_losses.rejection_sampling.config:RejectionSamplingConfig",
+                trainer_class="custom_losses.sft.trainer:BookSFTTrainer")
 _PREFERENCE_RM = dict(config_class="custom_losses.reward_models.config:PreferenceRMConfig",
                       trainer_class="trl:RewardTrainer")
 _OUTCOME_RM = dict(config_class="custom_losses.reward_models.config:OutcomeRMConfig",
@@ -115,6 +118,21 @@ def _reward_model(classes: dict[str, str], run: str, key_metrics: tuple[str, ...
     """Chapter 5: the book's run `run` (rlhf-book/core)."""
     return dict(family="reward_model", chapter="5", **classes, key_metrics=key_metrics, book_runs=(run,),
                 book_metrics=rm_metrics())
+
+
+def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
+    """Chapter 9: sample 8 completions per GSM8K prompt, score them with a reward model, keep those the
+    selection `rule` picks (custom_losses/rejection_sampling/selection.py), SFT the base policy on them
+    (BookSFTTrainer), evaluate test_accuracy (families/rejection_sampling.py). The book's run `run` reached
+    `accuracy` on the first 200 GSM8K test questions; its base Qwen3-1.7B 0.760 (within noise of each other)."""
+    return dict(family="rejection_sampling", chapter="9", **_BOOK_RS,
+                paper="Nakano et al. 2021 (WebGPT, best-of-n); Touvron et al. 2023 (Llama 2, rejection sampling "
+                      "fine-tuning); Dong et al. 2023 (RAFT)",
+                defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
+                          "drop_partial_steps": True},
+                key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
+                book_runs=(run,),
+                book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
 
 
 _FORMAT = "rewards/format_reward/mean"
@@ -261,6 +279,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
             book_runs=("nybj8sdx",), book_metrics=sft_metrics(),
         ),
+        # --- rejection sampling (book chapter 9) ------------------------------------------
+        # One family, four selection rules: two use the reward model, two are their matched-size random
+        # controls. The metric is test_accuracy on the first 200 GSM8K test questions (final_results.json).
+        Algorithm("rejection_sampling_top_per_prompt", **_rejection_sampling("ohm3xnga", "top_per_prompt", 0.790)),
+        Algorithm("rejection_sampling_random_per_prompt",
+                  **_rejection_sampling("y3pbcla7", "random_per_prompt", 0.795)),
+        Algorithm("rejection_sampling_top_k_overall", **_rejection_sampling("w75hklzs", "top_k_overall", 0.800)),
+        Algorithm("rejection_sampling_random_k_overall", **_rejection_sampling("egeyr1q3", "random_k_overall", 0.770)),
         # --- self-distillation (book chapter 12) ------------------------------------------
         Algorithm(
             "sdpo", family="self_distillation", **_BOOK_SDPO,

@@ -268,6 +268,12 @@ def check_inputs(recipe) -> None:
     for spec in names:
         if isinstance(spec, str) and spec.startswith(RM_PREFIX):
             check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
+    scorer = recipe.value("reward_model")  # a config's reward model that is not a reward function (rejection sampling)
+    if isinstance(scorer, str):
+        if scorer.startswith(RM_PREFIX):
+            check_reward_model(scorer[len(RM_PREFIX):], recipe.where("reward_model"))
+        else:
+            check_model(scorer, recipe.where("reward_model"))
 
 
 

@@ -37,6 +37,8 @@ COMMANDS: dict[str, Command] = {
                             "try every kind of bad input and time how long each takes to be reported"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main", "evaluate a trained reward model on held-out data"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
+    "results": Command("rlhf_recipes.tools.results:main",
+                       "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),
 }
 
 

@@ -1,0 +1,360 @@
+"""Rejection sampling (book chapter 9): sample, score, select, fine-tune, evaluate.
+
+The book's six stages, mapped onto the runner's one linear pipeline (train.py: data -> model ->
+trainer -> train -> final results) without a second entry point:
+  data        the GSM8K train prompts, through the ordinary `gsm8k` adapter (system prompt,
+              first `num_samples` rows): the prompts of stage 1;
+  model       `load_model` loads the base policy once. Stages 1 and 6 (base) only sample from it,
+              so the weights the SFT stage starts from are still exactly the base checkpoint: a
+              fresh copy, without loading the policy twice;
+  trainer     `build_trainer` runs stages 1-4 before it builds the SFT trainer, because the SFT
+              stage's training rows ARE stage 4's output:
+                1 generate  N completions per prompt            -> rollouts.jsonl
+                2-3 score   reward-model logit per completion   -> scored.jsonl (the per-prompt cache)
+                4 select    the recipe's rule (selection.py)    -> selection.jsonl
+                6 (base)    greedy accuracy of the base policy  -> eval_base.jsonl
+  train       5: BookSFTTrainer (custom_losses/sft/) on the selection, resumable like any run;
+  results     6 (tuned): `final_results` evaluates the trained policy -> eval_tuned.jsonl, and puts
+              test_accuracy (tuned) and base_test_accuracy in final_results.json.
+Each stage writes its file atomically (a .tmp renamed) and a re-run (`--resume`) that finds the
+file reads it instead of recomputing ("stage ...: found ..., skipped" in the log). Under several
+processes, the main process runs the stages first and the others then find the files.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from rlhf_recipes.families.sft import SupervisedFineTuning
+
+logger = logging.getLogger(__name__)
+
+ROLLOUTS, SCORED, SELECTION = "rollouts.jsonl", "scored.jsonl", "selection.jsonl"
+EVAL_BASE, EVAL_TUNED = "eval_base.jsonl", "eval_tuned.jsonl"
+TINY_RM = "tiny"
+RM_PREFIX = "rm:"
+
+
+# --- files -----------------------------------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)  # a stage's file exists only once it is complete
+
+
+def stage(path: Path, name: str, compute: Callable[[], list[dict[str, Any]]],
+          still_valid: Callable[[list[dict[str, Any]]], bool] = lambda rows: True) -> list[dict[str, Any]]:
+    """The rows of a stage: read from `path` when a previous run finished it (and `still_valid` accepts its
+    rows), else computed and written."""
+    if path.exists():
+        rows = read_jsonl(path)
+        if still_valid(rows):
+            logger.info("stage %s: found %s, skipped", name, path)
+            return rows
+        logger.info("stage %s: %s is from another training step, computed again", name, path)
+    logger.info("stage %s: running", name)
+    rows = compute()
+    write_jsonl(path, rows)
+    logger.info("stage %s: wrote %s (%d rows)", name, path, len(rows))
+    return rows
+
+
+def _free() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# --- stage 1 and 6: sampling from the policy ---------------------------------------------------
+def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: int, max_new_tokens: int,
+             enable_thinking: bool, desc: str, **sampling) -> list[list[dict[str, Any]]]:
+    """n completions per chat (greedy when `sampling` is empty), batched with left padding; per chat a list
+    of {"text", "truncated"} (truncated: no end token within max_new_tokens; kept, as the book does)."""
+    import copy
+
+    import torch
+    from tqdm.auto import tqdm
+
+    # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
+    # the stage's settings on top; greedy clears the model's default sampling settings.
+    config = copy.deepcopy(model.generation_config)
+    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None}
+    config.update(max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
+                  use_cache=True, **({"do_sample": True, **sampling} if sampling else greedy))
+    if config.eos_token_id is None:
+        config.eos_token_id = tokenizer.eos_token_id
+    end_ids = torch.tensor(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id])
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    out: list[list[dict[str, Any]]] = []
+    try:
+        for start in tqdm(range(0, len(chats), batch_size), desc=desc, unit="batch",
+                          disable=int(os.environ.get("RANK", "0")) != 0):
+            texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True,
+                                                   enable_thinking=enable_thinking)
+                     for c in chats[start:start + batch_size]]
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                ids = model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:]
+            ended = torch.isin(ids, end_ids.to(ids.device)).any(dim=1).tolist()
+            decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+            for i in range(len(texts)):
+                out.append([{"text": decoded[k], "truncated": not ended[k]} for k in range(i * n, (i + 1) * n)])
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return out
+
+
+# --- stage 2: the reward model ---------------------------------------------------------------
+def tiny_reward_model():
+    """A stand-in for AceMath-7B-RM with its interface (a sequence classifier, one logit): the tiny policy's
+    backbone with a score head drawn from a fixed seed. Deterministic: the same weights in every process."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf_recipes.tiny import tiny_model_path
+
+    from transformers.utils import logging as hf_logging
+
+    path = tiny_model_path()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the score head is missing from the causal LM's files, by design
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model.score.weight.copy_(torch.randn(model.score.weight.shape, generator=generator))
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def load_reward_model(spec: str, dtype, trust_remote_code: bool = False):
+    """`tiny`, `rm:<folder>`, a folder or a hub id -> (sequence classifier with one logit, its tokenizer)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if spec == TINY_RM:
+        model, tokenizer = tiny_reward_model()
+    else:
+        path = spec[len(RM_PREFIX):] if spec.startswith(RM_PREFIX) else spec
+        merged = Path(path) / "merged"
+        path = str(merged) if merged.is_dir() else path
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype,
+                                                                   trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.config.pad_token_id is None:  # the classifier finds each row's last token through it
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model.eval(), tokenizer
+
+
+def score(model, tokenizer, chats: list[list[dict]], batch_size: int) -> list[float]:
+    """The reward model's single logit for each whole chat (system, question, completion); rows are sorted by
+    length into batches (less padding) and padded on the left."""
+    import torch
+    from tqdm.auto import tqdm
+
+    ids = [tokenizer.encode(tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=False),
+                            add_special_tokens=False) for c in chats]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    rewards = [0.0] * len(ids)
+    pad = tokenizer.pad_token_id
+    for start in tqdm(range(0, len(order), batch_size), desc="score", unit="batch",
+                      disable=int(os.environ.get("RANK", "0")) != 0):
+        batch = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            input_ids[row, width - len(ids[i]):] = torch.tensor(ids[i])
+            mask[row, width - len(ids[i]):] = 1
+        with torch.no_grad():
+            logits = model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device)).logits
+        for i, value in zip(batch, logits[:, 0].float().cpu().tolist()):
+            rewards[i] = value
+    return rewards
+
+
+# --- the family --------------------------------------------------------------------------------
+class RejectionSampling(SupervisedFineTuning):
+    name = "rejection_sampling"
+    tiny_overlay = {  # on top of config.TINY_COMMON: a few fixture prompts, short generations, the tiny RM
+        "num_samples": 6,
+        "num_completions": 4,
+        "selection_k": 8,
+        "reward_model": TINY_RM,
+        "rollout_max_new_tokens": 24,
+        "rollout_batch_size": 4,
+        "score_batch_size": 8,
+        "eval_questions": 6,
+        "eval_max_new_tokens": 24,
+        "eval_generation_batch_size": 4,
+        "per_device_train_batch_size": 1,
+        "effective_batch_size": 2,
+        "max_length": 256,
+        "chat_template_from": None,
+    }
+
+    # --- stages 1-4 (and the base evaluation) ---
+    def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
+        from accelerate import PartialState
+
+        state = PartialState()
+        if model.device != state.device:
+            model.to(state.device)
+        with state.main_process_first():  # the main process writes each stage; the others then read it
+            selection = self.prepare(recipe, model, tokenizer, train)
+        return super().build_trainer(recipe, model, tokenizer, self.sft_rows(recipe, selection), eval, callbacks)
+
+    def prepare(self, recipe, model, tokenizer, prompts) -> list[dict[str, Any]]:
+        """Stages 1-4 and the base evaluation; returns the selection rows (selection.jsonl)."""
+        from custom_losses.rejection_sampling import grading
+        from custom_losses.rejection_sampling.selection import pairs_of, select
+
+        cfg, out = recipe.training, Path(recipe.training.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        chats = [list(row["prompt"]) for row in prompts]
+
+        def rollouts():
+            import torch
+
+            torch.manual_seed(cfg.seed)
+            samples = generate(model, tokenizer, chats, n=cfg.num_completions, batch_size=cfg.rollout_batch_size,
+                               max_new_tokens=cfg.rollout_max_new_tokens, enable_thinking=cfg.enable_thinking,
+                               desc="generate", temperature=cfg.rollout_temperature, top_p=cfg.rollout_top_p,
+                               top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
+            return [{"question": chat[-1]["content"], "answer": row["answer"],
+                     "completions": [s["text"] for s in group], "truncated": [s["truncated"] for s in group]}
+                    for chat, row, group in zip(chats, prompts, samples)]
+
+        generated = stage(out / ROLLOUTS, "1 generate", rollouts)
+        if cfg.evaluate_base:
+            self.evaluate(recipe, model, tokenizer, out / EVAL_BASE, "6 evaluate base")
+
+        def scored():
+            rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
+            rm.to(model.device)
+            flat = [[*chat, {"role": "assistant", "content": c}]
+                    for chat, rec in zip(chats, generated) for c in rec["completions"]]
+            rewards = score(rm, rm_tokenizer, flat, cfg.score_batch_size)
+            del rm
+            _free()
+            rows, k = [], 0
+            for rec in generated:
+                n = len(rec["completions"])
+                rows.append({**rec, "rewards": rewards[k:k + n]})
+                k += n
+            return rows
+
+        records = stage(out / SCORED, "2-3 score and cache", scored)
+        selection = stage(out / SELECTION, f"4 select ({cfg.selection_rule})",
+                          lambda: pairs_of(records, select(cfg.selection_rule, records, cfg.selection_k,
+                                                           cfg.selection_seed)))
+        correct = [[grading.is_correct(grading.extract_answer(c), r["answer"]) for c in r["completions"]]
+                   for r in records]
+        self.stage_stats = {
+            "rollouts": {
+                "prompts": len(records), "completions": sum(len(c) for c in correct),
+                "truncated": sum(sum(r.get("truncated", [])) for r in generated),
+                "correct_fraction": sum(map(sum, correct)) / max(1, sum(map(len, correct))),
+                # prompts with a correct AND an incorrect completion: where the rule can matter (the book logs it)
+                "decidable_fraction": sum(any(c) and not all(c) for c in correct) / max(1, len(correct)),
+                "mean_reward": sum(sum(r["rewards"]) for r in records) / max(1, sum(map(len, correct))),
+            },
+            "selection": {
+                "rule": cfg.selection_rule, "pairs": len(selection),
+                "distinct_prompts": len({s["prompt_index"] for s in selection}),
+                "correct_fraction": sum(grading.is_correct(grading.extract_answer(s["completion"]), s["answer"])
+                                        for s in selection) / max(1, len(selection)),
+                "mean_reward": sum(s["reward"] for s in selection) / max(1, len(selection)),
+            },
+        }
+        logger.info("rejection sampling: %s", self.stage_stats)
+        return selection
+
+    @staticmethod
+    def chat(recipe, question: str) -> list[dict[str, str]]:
+        system = recipe.args.system_prompt
+        return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": question}]
+
+    def sft_rows(self, recipe, selection):
+        """Stage 5's rows: prompt = [system, question] rendered with enable_thinking as in generation (so an
+        empty think block is prompt), completion = the selected completion (TRL adds its end token)."""
+        from datasets import Dataset
+
+        kwargs = {"enable_thinking": recipe.training.enable_thinking}
+        return Dataset.from_list([{"prompt": self.chat(recipe, s["question"]),
+                                   "completion": [{"role": "assistant", "content": s["completion"]}],
+                                   "chat_template_kwargs": kwargs} for s in selection])
+
+    # --- stage 6 ---
+    def test_questions(self, recipe):
+        """The first `eval_questions` GSM8K questions of `eval_split` (the tiny profile: the real test rows
+        shipped in fixtures/gsm8k/test.jsonl), through the gsm8k adapter."""
+        from datasets import load_dataset
+
+        from rlhf_recipes.data.sources import FIXTURES, SOURCES, normalize_rows
+
+        cfg, source = recipe.training, SOURCES["gsm8k"]
+        if recipe.tiny:
+            where = str(FIXTURES / "gsm8k" / f"{cfg.eval_split}.jsonl")
+            raw = load_dataset("json", data_files=where, split="train")
+        else:
+            where = f"{source.hub_id} [{cfg.eval_split}]"
+            raw = load_dataset(source.hub_id, source.hub_config, split=cfg.eval_split)
+        raw = raw.select(range(min(cfg.eval_questions, len(raw))))
+        return normalize_rows(raw, source, where, recipe.args.system_prompt)
+
+    def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0) -> list[dict[str, Any]]:
+        """Greedy answers to the test questions, graded (custom_losses/rejection_sampling/grading.py); each row
+        records the optimizer `step` of the weights, so a file of other weights is not taken for this one."""
+        from custom_losses.rejection_sampling import grading
+
+        def compute():
+            questions = self.test_questions(recipe)
+            cfg = recipe.training
+            answers = generate(model, tokenizer, [list(r["prompt"]) for r in questions], n=1,
+                               batch_size=cfg.eval_generation_batch_size, max_new_tokens=cfg.eval_max_new_tokens,
+                               enable_thinking=cfg.enable_thinking, desc=name.split(" ", 1)[1])
+            rows = []
+            for row, (answer,) in zip(questions, answers):
+                predicted = grading.extract_answer(answer["text"])
+                rows.append({"question": row["prompt"][-1]["content"], "gold": row["answer"],
+                             "completion": answer["text"], "predicted": predicted,
+                             "correct": grading.is_correct(predicted, row["answer"]), "step": step})
+            return rows
+
+        return stage(path, name, compute, still_valid=lambda rows: all(r.get("step") == step for r in rows))
+
+    def final_results(self, recipe, trainer) -> dict[str, Any]:
+        """Stage 6 on the trained policy; test_accuracy (tuned) next to base_test_accuracy."""
+        results = super().final_results(recipe, trainer)
+        if not trainer.is_world_process_zero():
+            return results
+        out = Path(recipe.training.output_dir)
+        tuned = self.evaluate(recipe, trainer.model, trainer.processing_class, out / EVAL_TUNED, "6 evaluate tuned",
+                              step=trainer.state.global_step)
+        base = read_jsonl(out / EVAL_BASE) if (out / EVAL_BASE).exists() else None
+
+        def accuracy(rows):
+            return None if rows is None else sum(r["correct"] for r in rows) / max(1, len(rows))
+
+        return {**results, "test_accuracy": accuracy(tuned), "base_test_accuracy": accuracy(base),
+                "eval_questions": len(tuned), **getattr(self, "stage_stats", {})}
+
+
+FAMILY = RejectionSampling()

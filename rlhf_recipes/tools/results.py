@@ -1,0 +1,61 @@
+"""Final numbers of finished runs next to the book's published ones, one row per run.
+
+    rlhf-recipes results RUN_DIR [RUN_DIR ...] [--metric test_accuracy]
+
+Reads each run's final_results.json; the book's numbers come from the registry (`book_results` of the run's
+algorithm). For rejection sampling (chapter 9) the columns are the base model's test_accuracy and the
+tuned one, for each selection rule and its random control: the book's table (base 0.760; top_per_prompt
+0.790, random_per_prompt 0.795, top_k_overall 0.800, random_k_overall 0.770; within noise on 200 questions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+BASE_PREFIX = "base_"  # final_results.json key of the same metric measured on the base model
+
+
+def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, Any]]:
+    from rlhf_recipes.registry import ALGORITHMS, canonical_name
+
+    out = []
+    for run in run_dirs:
+        path = Path(run) / "final_results.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{run}: no final_results.json (is the run finished?)")
+        results = json.loads(path.read_text())
+        algorithm = ALGORITHMS.get(canonical_name(str(results.get("algorithm", ""))))
+        book = algorithm.book_results if algorithm else {}
+        out.append({"run": str(run), "algorithm": results.get("algorithm"), "status": results.get("status"),
+                    "base": results.get(BASE_PREFIX + metric), "tuned": results.get(metric),
+                    "book_base": book.get(BASE_PREFIX + metric), "book_tuned": book.get(metric),
+                    "book_runs": ", ".join(algorithm.book_runs) if algorithm else ""})
+    return out
+
+
+def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
+    def cell(value: Any) -> str:
+        return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run"]
+    body = [[r["algorithm"], cell(r["base"]), cell(r["tuned"]), cell(r["book_base"]), cell(r["book_tuned"]),
+             r["book_runs"], r["run"]] for r in rows(run_dirs, metric)]
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlhf-recipes results", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (each with final_results.json)")
+    parser.add_argument("--metric", default="test_accuracy", help="final_results.json key (and base_<key>)")
+    args = parser.parse_args(argv)
+    try:
+        print(table(args.runs, args.metric))
+    except FileNotFoundError as e:
+        print(f"error: {e}")
+        return 2
+    return 0
