@@ -123,7 +123,10 @@ def test_published_run_ids_match_book_md():
                 "orm": "3gkoqb7f", "prm": "iv4d966d", "sft": "nybj8sdx",
                 # direct alignment (the book's code/direct_alignment/README.md); no cdpo run
                 "dpo": "fzy8k8go", "dpo_norm": "giyhitjw", "ipo": "5s29syo6", "simpo": "ftv5rs3x",
-                "orpo": "o38ffli5", "kto": "hgqrkfi6", "apo_zero": "3m2uiyw3", "apo_down": "tqzkmyi6"}
+                "orpo": "o38ffli5", "kto": "hgqrkfi6", "apo_zero": "3m2uiyw3", "apo_down": "tqzkmyi6",
+                # rejection sampling, one run per selection rule
+                "rejection_sampling_top_per_prompt": "ohm3xnga", "rejection_sampling_random_per_prompt": "y3pbcla7",
+                "rejection_sampling_top_k_overall": "w75hklzs", "rejection_sampling_random_k_overall": "egeyr1q3"}
     assert {a: s.run_id for a, s in SPECS.items() if s.run_id} == expected
     assert lookup("grpo").wandb_path == "rlhf-book/core/vjp7lgdi"
     assert lookup("dpo").wandb_path == "rlhf-book/core/fzy8k8go"
