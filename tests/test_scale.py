@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import launch, read_metrics, run_recipe
-from rlhf_recipes.registry import ALGORITHMS
+from rlhf_recipes.registry import ALGORITHMS, family_of
 
 # One algorithm per family (the first alphabetically for a family not listed), plus the token-level
 # reward models, whose trainer is ours rather than TRL's.
@@ -36,6 +36,14 @@ def _small(algorithm: str) -> list[str]:
     return SMALL_ROLLOUT if ALGORITHMS[algorithm].family == "policy_gradient" else []
 
 
+def _tiny_steps(algorithm: str) -> int | None:
+    """Optimizer steps of the algorithm's tiny run: SMALL_ROLLOUT's one, the family's tiny max_steps, or None
+    where the tiny run is sized in epochs (rejection sampling's SFT on its selection)."""
+    if _small(algorithm):
+        return 1
+    return family_of(ALGORITHMS[algorithm]).tiny_overlay.get("max_steps")
+
+
 @pytest.fixture
 def _bnb_cpu_training(monkeypatch):
     """bitsandbytes repacks 4-bit weights for its CPU inference kernel the first time a layer runs in
@@ -47,7 +55,8 @@ def _bnb_cpu_training(monkeypatch):
 
 
 def _check_run(out, results, algorithm, steps):
-    assert results["algorithm"] == algorithm and results["steps"] == steps and not results["interrupted"]
+    steps = steps or len([r for r in read_metrics(out) if "loss" in r])  # epochs: one loss row per step
+    assert results["algorithm"] == algorithm and results["steps"] == steps >= 1 and not results["interrupted"]
     losses = [r["loss"] for r in read_metrics(out) if "loss" in r]
     assert losses and all(math.isfinite(x) for x in losses)
     adapter = json.loads((out / "adapter_config.json").read_text())
@@ -64,7 +73,7 @@ def test_lora_runs_in_every_family(algorithm, tmp_path):
     out = tmp_path / algorithm
     extra = _small(algorithm)
     results = run_recipe(f"{algorithm}.yaml", out, "--use_peft", "true", "--activation_checkpointing", "true", *extra)
-    _check_run(out, results, algorithm, 1 if extra else 4)
+    _check_run(out, results, algorithm, _tiny_steps(algorithm))
 
 
 @pytest.mark.parametrize("algorithm", REPRESENTATIVES)
@@ -73,7 +82,7 @@ def test_qlora_runs_in_every_family(algorithm, tmp_path, _bnb_cpu_training):
     extra = _small(algorithm)
     results = run_recipe(f"{algorithm}.yaml", out, "--use_peft", "true", "--load_in_4bit", "true",
                          "--dtype", "bfloat16", *extra)
-    _check_run(out, results, algorithm, 1 if extra else 4)
+    _check_run(out, results, algorithm, _tiny_steps(algorithm))
     import yaml
 
     resolved = yaml.safe_load((out / "config.yaml").read_text())
