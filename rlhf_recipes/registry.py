@@ -58,10 +58,20 @@ def import_object(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def family_of(algorithm: Algorithm) -> Any:
+# The families (modules under rlhf_recipes.families), in the order tools list them.
+FAMILIES: tuple[str, ...] = ("policy_gradient", "direct_alignment", "reward_model", "sft", "rejection_sampling",
+                             "self_distillation")
+
+
+def family_named(family: str) -> Any:
     """The family object (rlhf_recipes/families/<family>.py `FAMILY`, a families.base.Family), imported on
-    first use."""
-    return importlib.import_module(f"rlhf_recipes.families.{algorithm.family}").FAMILY
+    first use (a family module imports TRL only inside its hooks)."""
+    return importlib.import_module(f"rlhf_recipes.families.{family}").FAMILY
+
+
+def family_of(algorithm: Algorithm) -> Any:
+    """The family object of an algorithm: its hooks, and the facts tools ask (families/base.py)."""
+    return family_named(algorithm.family)
 
 
 # --- Class paths: each trainer's written once ----------------------------------------------

@@ -216,6 +216,26 @@ def test_a_trainer_that_materializes_logits_is_planned_with_them(monkeypatch):
     assert not any(k.startswith("LM head (TRL fused") for k in terms)
 
 
+def test_sft_is_one_sequence_through_the_lm_head():
+    """SFT: the policy, its optimizer and gradients, one sequence per example through TRL's fused LM head; no
+    reference, no pair, no generation phase. DPO on the same model, micro-batch, length and optimizer bounds
+    it: with its reference and its pair doubling taken away it is the same plan; in full it needs more (the
+    reference's weights and twice the sequences)."""
+    sft = _plan("sft.yaml")
+    terms = _terms(sft)
+    assert set(sft.phases) == {"train"} and "reference model" not in terms
+    assert any(name.startswith("LM head") for name in terms)
+    assert (sft.workload.train_sequences, sft.workload.train_seq_len) == (4, 2048)  # sft.yaml's 4 x max_length
+    same = ("--model_name_or_path", "allenai/OLMo-2-0425-1B", "--per_device_train_batch_size", "4",
+            "--effective_batch_size", "32", "--max_length", "2048", "--optim", "adamw_torch")
+    dpo = _plan("dpo.yaml", *same)
+    lean = _plan("dpo.yaml", *same, "--precompute_ref_log_probs", "true", train_sequences=4)
+    assert "reference model" not in _terms(lean) and lean.workload.train_sequences == 4
+    assert lean.peak_bytes == pytest.approx(sft.peak_bytes)
+    assert sft.peak_bytes + _terms(dpo)["reference model"] < dpo.peak_bytes
+    assert 10 < sft.peak_bytes / M.GiB < dpo.peak_bytes / M.GiB < 48  # OLMo-2 1B, full fine-tune, bf16
+
+
 def test_workload_comes_from_the_recipe():
     dpo = _plan("dpo.yaml")
     assert (dpo.workload.train_sequences, dpo.workload.train_seq_len) == (16, 2048)  # 8 pairs, chosen + rejected

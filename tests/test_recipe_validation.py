@@ -46,6 +46,19 @@ def test_registry_entries_carry_their_facts():
     assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo", "sdpo"}  # sdpo: a live teacher
 
 
+def test_families_declare_the_facts_tools_ask():
+    """Tools ask the family objects, never family names: every family the registry uses is listed, and each
+    declares which of them generates rollouts, trains a reward model, and what compare plots by default."""
+    from rlhf_recipes.registry import FAMILIES, family_named
+
+    assert set(FAMILIES) == {a.family for a in ALGORITHMS.values()}
+    facts = {name: family_named(name) for name in FAMILIES}
+    assert {n for n, f in facts.items() if f.generates_rollouts} == {"policy_gradient", "self_distillation"}
+    assert {n for n, f in facts.items() if f.book_logs_by_rollout} == {"policy_gradient"}
+    assert {n for n, f in facts.items() if f.trains_reward_model} == {"reward_model"}
+    assert all(f.compare_metrics for f in facts.values())
+
+
 def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "recipe.yaml"
     path.write_text(text)

@@ -10,6 +10,9 @@ The hooks, in the order a run calls them:
   final_results(recipe, trainer) -> dict     extra numbers for final_results.json (e.g. RM eval)
 build_trainer's construction is shared; a family changes it through `peft_config(recipe)` and
 `trainer_kwargs(recipe, trainer_class)`.
+
+Facts the tools ask (planner, bench, compare, evaluate) instead of testing family names; the class
+attributes and methods after the hooks below, each with what it means and its default.
 """
 
 from __future__ import annotations
@@ -58,3 +61,40 @@ class Family:
 
     def final_results(self, recipe, trainer) -> dict[str, Any]:
         return {}
+
+    # --- Facts -----------------------------------------------------------------------------
+    # Training samples completions from the policy (a generation phase: KV cache, sampling).
+    generates_rollouts: ClassVar[bool] = False
+    # Its runs train a reward model (a scoring head; `rlhf-recipes evaluate` scores a saved one).
+    trains_reward_model: ClassVar[bool] = False
+    # The book's loop logs without `step=`: one wandb row per rollout, then one per optimizer step.
+    book_logs_by_rollout: ClassVar[bool] = False
+    # The book logs train/<x> and val/<x>: any it logs beyond the registry's map is our <x> and eval_<x>.
+    book_logs_prefixed: ClassVar[bool] = False
+    # Our metrics worth plotting when local runs are compared with each other, in display order (globs allowed).
+    compare_metrics: ClassVar[tuple[str, ...]] = ("loss", "grad_norm")
+
+    def sequences_per_example(self, recipe) -> int:
+        """Sequences one training example puts through the forward (chosen + rejected: 2)."""
+        return 1
+
+    def scoring_head(self, recipe) -> tuple[int, bool] | None:
+        """(labels, bias) of the classification head trained instead of the LM head; None: the LM head."""
+        return None
+
+    def trains_with_trl_trainer(self, recipe) -> bool:
+        """The trainer is one of TRL's (or a subclass): it casts LoRA adapters to bf16 under QLoRA and keeps
+        the base dtype under ZeRO-3 (a plain transformers.Trainer leaves PEFT's fp32)."""
+        return True
+
+    def reference_model(self, recipe, peft: bool) -> bool:
+        """A frozen copy of the policy is held in memory during training."""
+        return False
+
+    def reference_note(self, recipe, peft: bool) -> str | None:
+        """Why the reference is kept or not, where that is worth a line in the memory plan."""
+        return None
+
+    def learned_reward_models(self, recipe) -> list[str]:
+        """Paths of trained reward models loaded for inference during training."""
+        return []

@@ -1,6 +1,7 @@
 """Direct alignment (book chapter 8): DPO and its relatives on preference pairs.
 
-Everything but the tiny profile's sizes is the default `Family` (rlhf_recipes/families/base.py).
+Everything but the tiny profile's sizes, the reference-free trainer argument and the facts the tools
+ask (pairs, the reference model) is the default `Family` (rlhf_recipes/families/base.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,25 @@ class DirectAlignment(Family):
         "effective_batch_size": 4,
         "max_length": 256,
     }
+    compare_metrics = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "loss",
+                       "nll_loss", "kl", "grad_norm")
+
+    def sequences_per_example(self, recipe) -> int:
+        return 2  # chosen and rejected in one forward
+
+    def reference_model(self, recipe, peft: bool) -> bool:
+        """Unless the loss is reference-free (the registry's `reference_model`), the adapter is disabled
+        instead (LoRA), or the reference log-probs are computed before training."""
+        return (not peft and recipe.algorithm.reference_model
+                and not getattr(recipe.training, "precompute_ref_log_probs", False))
+
+    def reference_note(self, recipe, peft: bool) -> str | None:
+        if self.reference_model(recipe, peft):
+            return "reference model kept in memory (use_peft or precompute_ref_log_probs would avoid it)"
+        why = ("reference-free loss" if not recipe.algorithm.reference_model else
+               "LoRA: the reference is the base model with the adapter disabled" if peft else
+               "reference log-probs precomputed before training")
+        return f"no reference model ({why})"
 
     def trainer_kwargs(self, recipe, trainer_class: type) -> dict[str, Any]:
         """A reference-free algorithm (`reference_model=False` in the registry) on BookDPOTrainer gets

@@ -38,6 +38,24 @@ class PolicyGradient(Family):
         "log_samples_every": 2,
         "log_samples_count": 2,
     }
+    generates_rollouts = True
+    book_logs_by_rollout = True
+    compare_metrics = ("reward", "rewards/*/mean", "completions/mean_length", "kl", "loss", "grad_norm")
+
+    def reference_model(self, recipe, peft: bool) -> bool:
+        """Only for a KL penalty (beta != 0), and not with LoRA (the adapter is disabled to score it)."""
+        return not peft and getattr(recipe.training, "beta", 0.0) != 0.0
+
+    def reference_note(self, recipe, peft: bool) -> str | None:
+        if self.reference_model(recipe, peft):
+            return None
+        return ("no reference model (beta = 0)" if getattr(recipe.training, "beta", 0.0) == 0 else
+                "no reference model (LoRA: the adapter is disabled to score the reference)")
+
+    def learned_reward_models(self, recipe) -> list[str]:
+        """The trained reward models among the reward functions (`rm:<path>`)."""
+        specs = getattr(recipe.training, "reward_funcs", None) or []
+        return [spec[3:] for spec in specs if isinstance(spec, str) and spec.startswith("rm:")]
 
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size, keeping the per-device micro-batch;

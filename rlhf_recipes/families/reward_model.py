@@ -312,6 +312,20 @@ def format_report(results: dict[str, Any]) -> str:
 class RewardModels(Family):
     name = "reward_model"
     tiny_overlay = TINY_OVERLAY
+    trains_reward_model = True
+    book_logs_prefixed = True
+    compare_metrics = ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss")
+
+    def sequences_per_example(self, recipe) -> int:
+        return 2 if _kind(recipe) == "preference" else 1  # a preference pair, or one rollout / solution
+
+    def scoring_head(self, recipe) -> tuple[int, bool] | None:
+        """The book's head: Linear(hidden, 1) without bias, or Linear(hidden, 3) with bias for a PRM."""
+        kind = _kind(recipe)
+        return NUM_LABELS[kind], kind == "process"
+
+    def trains_with_trl_trainer(self, recipe) -> bool:
+        return _kind(recipe) == "preference"  # ORM/PRM: our plain transformers.Trainer subclasses
 
     def load_model(self, recipe, tokenizer):
         from transformers import (

@@ -47,6 +47,8 @@ class SupervisedFineTuning(Family):
         "max_length": 256,
         "chat_template_from": None,  # the tiny tokenizer has its own (ChatML) template
     }
+    # Facts: the defaults (one sequence per example, the LM head, no reference, no generation).
+    compare_metrics = ("loss", "mean_token_accuracy", "grad_norm")
 
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
         cfg = recipe.training

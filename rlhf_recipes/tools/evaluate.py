@@ -27,6 +27,7 @@ from pathlib import Path
 
 
 from rlhf_recipes.config import RecipeError, load_recipe
+from rlhf_recipes.registry import family_of
 
 
 def find_recipe(model: Path, given: str | None) -> str:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if recipe.algorithm.family != "reward_model":
+    if not family_of(recipe.algorithm).trains_reward_model:
         print(f"error: {recipe.source} is a `{recipe.algorithm.name}` recipe, not a reward model's", file=sys.stderr)
         return 2
 

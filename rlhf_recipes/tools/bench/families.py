@@ -151,15 +151,13 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from rlhf_recipes.tools.planner import memory as M
     from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
     from rlhf_recipes.registry import ALGORITHMS, family_of, import_object
-    from rlhf_recipes.families.reward_model import NUM_LABELS
     from rlhf_recipes.tiny import tiny_model_path
 
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
         raise SystemExit("real model shapes need a CUDA GPU; use --tiny for a CPU run of the tiny model")
     workdir = Path(workdir or tempfile.mkdtemp(prefix="rlhf-bench-"))
-    family = ALGORITHMS[algorithm].family
-    pg = family == "policy_gradient"
+    pg = family_of(ALGORITHMS[algorithm]).generates_rollouts  # rollout batches; generation timed apart
     rm_kind = getattr(import_object(ALGORITHMS[algorithm].config_class), "rm_kind", None)  # reward models only
     tok_path = tiny_model_path()
     from transformers import AutoTokenizer
@@ -293,7 +291,8 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     plan = replan({"algorithm": algorithm, "model": arch, "plan_inputs": plan_inputs}, device="cuda" if cuda else "cpu")
     shape = plan.shape
 
-    labels = None if rm_kind is None else NUM_LABELS[rm_kind]
+    score_head = fam.scoring_head(recipe)  # a reward model's head: (labels, bias); None: the LM head
+    labels = None if score_head is None else score_head[0]
     lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
     per_token = flops_per_trained_token(shape, lora_n, lora, s, labels)
     head = shape.vocab * shape.hidden if labels is None else shape.hidden

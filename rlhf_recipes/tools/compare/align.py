@@ -123,8 +123,9 @@ def _pg_steps(history: ReferenceHistory, spec: ReferenceSpec, notes: list[str]) 
 
 
 def _rule_based_maps(frame: pd.DataFrame, spec: ReferenceSpec) -> list[MetricMap]:
-    """Reward models: any other train/<x> is our <x>, val/<x> our eval_<x> (ORM/PRM extras)."""
-    if spec.family != "reward_model":
+    """Where the book logs train/<x> and val/<x> (reward models): any other train/<x> is our <x>, val/<x> our
+    eval_<x> (ORM/PRM extras)."""
+    if not spec.facts.book_logs_prefixed:
         return []
     used = {name for mm in spec.metrics for name in mm.book}
     extra = []
@@ -141,7 +142,7 @@ def _rule_based_maps(frame: pd.DataFrame, spec: ReferenceSpec) -> list[MetricMap
 def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedReference:
     notes: list[str] = []
     frame = history.frame
-    if spec.family == "policy_gradient":
+    if spec.facts.book_logs_by_rollout:
         our_steps, how = _pg_steps(history, spec, notes)
     else:
         our_steps = frame[API_STEP_COLUMN].to_numpy(dtype=np.int64)

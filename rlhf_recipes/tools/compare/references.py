@@ -3,8 +3,9 @@
 Every per-algorithm fact (run ids, the rollout or accumulation shape, beta, the metric map with
 its scales, aliases) lives in the registry (rlhf_recipes/registry.py) and the book's metric
 vocabulary in rlhf_recipes/book_logs.py; this file only shapes them for comparing, and keeps the
-generic machinery: the book's policy-gradient loop structure (the x-axis) and what to plot when
-runs are compared with each other.
+generic machinery: the book's policy-gradient loop structure (the x-axis). What a family's book
+logs look like and what to plot when runs are compared with each other are facts of the family
+object (`ReferenceSpec.facts`, rlhf_recipes/families/base.py).
 
 Direction convention: every map goes book -> ours. A reference value is multiplied by
 `scale` to land in the units of the metric our TRL-based trainers log.
@@ -14,17 +15,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
 from rlhf_recipes.book_logs import REWARD_FUNCTION_NAMES, WANDB_PROJECT, MetricMap, RowKind
-from rlhf_recipes.registry import ALGORITHMS, canonical_name
+from rlhf_recipes.registry import ALGORITHMS, canonical_name, family_named
 
 __all__ = [
     "REWARD_FUNCTION_NAMES", "WANDB_PROJECT", "MetricMap", "RowKind", "ReferenceSpec", "SPECS", "lookup",
-    "canonical_algorithm", "published_algorithms", "optimizer_steps_per_rollout", "LOCAL_KEY_METRICS",
+    "canonical_algorithm", "published_algorithms", "optimizer_steps_per_rollout",
 ]
-
-Family = Literal["policy_gradient", "direct_alignment", "reward_model", "sft"]
 
 
 @dataclass(frozen=True)
@@ -32,13 +31,18 @@ class ReferenceSpec:
     """One algorithm of the book: its published run (if any) and what shapes its logs."""
 
     algorithm: str
-    family: Family
+    family: str  # the registry's family (a module under rlhf_recipes.families)
     run_id: str | None = None
     prompts_per_rollout: int | None = None  # policy gradients only
     rollouts_per_prompt: int | None = None
     accumulation_steps: int | None = None  # direct alignment only (book's grad_norm rescale)
     beta: float | None = None  # direct alignment only (SimPO margin rescale)
     metrics: tuple[MetricMap, ...] = field(default=())
+
+    @property
+    def facts(self) -> Any:
+        """The family object (families/base.py): how the book logs this family, what to plot."""
+        return family_named(self.family)
 
     @property
     def wandb_path(self) -> str | None:
@@ -90,29 +94,3 @@ def lookup(name: str) -> ReferenceSpec | None:
 
 def published_algorithms() -> list[str]:
     return [name for name, spec in SPECS.items() if spec.run_id]
-
-
-# Metrics worth plotting when comparing local runs with each other (no reference): ours only,
-# in display order. Runs that lack one simply do not draw it.
-LOCAL_KEY_METRICS: dict[Family, tuple[str, ...]] = {
-    "policy_gradient": (
-        "reward",
-        "rewards/*/mean",
-        "completions/mean_length",
-        "kl",
-        "loss",
-        "grad_norm",
-    ),
-    "direct_alignment": (
-        "rewards/accuracies",
-        "rewards/margins",
-        "rewards/chosen",
-        "rewards/rejected",
-        "loss",
-        "nll_loss",
-        "kl",
-        "grad_norm",
-    ),
-    "reward_model": ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss"),
-    "sft": ("loss", "mean_token_accuracy", "grad_norm"),
-}

@@ -22,8 +22,8 @@ from rlhf_recipes.tools.compare.align import (
 )
 from rlhf_recipes.tools.compare.errors import CompareError
 from rlhf_recipes.tools.compare.load import LocalRun, ReferenceHistory, load_reference_csvs, load_runs
+from rlhf_recipes.registry import FAMILIES, family_named
 from rlhf_recipes.tools.compare.references import (
-    LOCAL_KEY_METRICS,
     SPECS,
     ReferenceSpec,
     lookup,
@@ -250,8 +250,8 @@ def _local_patterns(runs: list[LocalRun]) -> list[str]:
         if spec and spec.family not in families:
             families.append(spec.family)
     if not families:  # no run says what it is: offer every family's key metrics
-        families = list(LOCAL_KEY_METRICS)
-    return [p for family in families for p in LOCAL_KEY_METRICS[family]]
+        families = list(FAMILIES)
+    return [p for family in families for p in family_named(family).compare_metrics]
 
 
 def compare_local_runs(

@@ -3,13 +3,14 @@
 `plan_recipe(argv, launch)` reads the recipe exactly as recipes/run.py does (load_recipe:
 effective batch, LoRA, checkpointing, dtype, lengths, generation settings), the model's shape
 from its config.json, and adds up the terms of rlhf_recipes/tools/planner/memory.py for the
-algorithm's family:
+algorithm's family, from the facts its family object declares (rlhf_recipes/families/base.py):
 
   direct alignment  policy + reference (none for a reference-free loss such as simpo/orpo, none with
                     LoRA: the adapter is disabled instead) + chosen and rejected in one forward (2 x micro-batch)
   policy gradients  policy + reference only when beta != 0 (none with LoRA) + learned reward
                     models (rm:<dir>) + the generation phase: KV cache of a whole rollout batch
   reward models     a classification head instead of the LM head (no vocabulary-wide logits)
+  SFT               policy + one sequence per example through the LM head
 
 Two phases are planned separately, and the peak is the larger: `train` (forward + backward
 of one micro-batch: gradients, activations, LM-head transients) and, for policy gradients,
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhf_recipes.registry import family_of
 from rlhf_recipes.tools.planner import memory as M
 from rlhf_recipes.tools.planner.launch import Launch
 from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
@@ -144,9 +146,9 @@ def load_for_planning(argv: list[str], world_size: int):
 
 
 def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> Workload:
-    training, family = recipe.training, recipe.algorithm.family
+    training, family = recipe.training, family_of(recipe.algorithm)
     per_device = training.per_device_train_batch_size
-    if family == "policy_gradient" or getattr(training, "num_generations", None):  # trains on its own rollouts
+    if family.generates_rollouts:
         prompt = prompt_len or getattr(training, "max_prompt_length", None) or DEFAULT_PROMPT_LENGTH
         completion = training.max_completion_length
         generation = (getattr(training, "generation_batch_size", None)
@@ -154,17 +156,8 @@ def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> W
         return Workload(train_sequences=per_device, train_seq_len=prompt + completion,
                         generation_sequences=max(1, generation // launch.processes), prompt_len=prompt,
                         completion_len=completion)
-    paired = family == "direct_alignment" or (family == "reward_model" and _rm_kind(recipe) == "preference")
-    return Workload(train_sequences=per_device * (2 if paired else 1), train_seq_len=training.max_length)
-
-
-def _rm_kind(recipe) -> str:
-    return getattr(type(recipe.training), "rm_kind", "preference")
-
-
-def _score_labels(recipe) -> tuple[int, bool]:
-    kind = _rm_kind(recipe)
-    return (3, True) if kind == "process" else (1, False)
+    return Workload(train_sequences=per_device * family.sequences_per_example(recipe),
+                    train_seq_len=training.max_length)
 
 
 def plan_recipe(argv: list[str], launch: Launch, capacity_gib: float = A6000_GIB, prompt_len: int | None = None,
@@ -183,7 +176,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
     tensors measured there): TRL's LM head then folds its tiles with torch ops instead of Triton.
     """
     training, model_args, algorithm = recipe.training, recipe.model, recipe.algorithm
-    family = algorithm.family
+    family = family_of(algorithm)
     world = launch.processes
     notes: list[str] = []
     warnings: list[str] = []
@@ -205,19 +198,19 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         attention = "flash"
 
     # What trains.
-    rm = family == "reward_model"
-    labels, bias = _score_labels(recipe) if rm else (None, False)
+    score_head = family.scoring_head(recipe)  # a reward model's classification head, or None: the LM head
+    labels, bias = score_head or (None, False)
     total = shape.total_params(labels, bias)
     peft = bool(model_args.use_peft)
     qlora = bool(model_args.load_in_4bit)
-    trl_trainer = not (rm and _rm_kind(recipe) in ("outcome", "process"))  # ORM/PRM: our plain Trainer subclass
+    trl_trainer = family.trains_with_trl_trainer(recipe)
     if qlora and not peft:
         warnings.append("load_in_4bit without use_peft: 4-bit weights cannot be trained; add --use_peft true")
     if peft:
         targets = model_args.lora_target_modules
         lora = M.lora_params(shape, model_args.lora_r, targets)
         # A reward model's score head trains in full (modules_to_save).
-        head = shape.hidden * labels + (labels if bias else 0) if rm else 0
+        head = shape.hidden * labels + (labels if bias else 0) if score_head else 0
         trainable = lora + head
         # PEFT keeps adapters in fp32; TRL's trainers cast them to bf16 under QLoRA, and keep the base dtype
         # under ZeRO-3.
@@ -259,26 +252,16 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             f"2 states x {trainable / 1e6:.1f}M x {grad_bytes} B" if "8bit" not in optim
             else f"2 x 1 B x {trainable / 1e6:.1f}M")
 
-    reference = _needs_reference(recipe, peft)
-    if reference:
+    if family.reference_model(recipe, peft):
         ref_p = M.dtype_bytes(getattr(training, "ref_dtype", None), p)
         add("reference model", total * ref_p / shard, "resident",
             f"frozen copy: {total / 1e9:.3f}B x {ref_p} B" + (f" / {shard}" if shard > 1 else ""))
-        if family == "direct_alignment" and not getattr(training, "precompute_ref_log_probs", False):
-            notes.append("reference model kept in memory (use_peft or precompute_ref_log_probs would avoid it)")
-    elif family == "direct_alignment":
-        why = ("reference-free loss" if not algorithm.reference_model else
-               "LoRA: the reference is the base model with the adapter disabled" if peft else
-               "reference log-probs precomputed before training")
-        notes.append(f"no reference model ({why})")
-    elif family == "policy_gradient":
-        notes.append("no reference model (beta = 0)" if getattr(training, "beta", 0.0) == 0 else
-                     "no reference model (LoRA: the adapter is disabled to score the reference)")
+    reference_note = family.reference_note(recipe, peft)
+    if reference_note:
+        notes.append(reference_note)
 
-    if family == "policy_gradient":
-        for spec in getattr(training, "reward_funcs", None) or []:
-            if isinstance(spec, str) and spec.startswith("rm:"):
-                _add_reward_model(spec[3:], add, notes, getattr(training, "reward_model_dtype", None))
+    for path in family.learned_reward_models(recipe):
+        _add_reward_model(path, add, notes, getattr(training, "reward_model_dtype", None))
     checkpointing = bool(training.activation_checkpointing)
     if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo/trainer.py): the value model
         value_terms, value_notes = value_model_terms(
@@ -324,7 +307,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
     add("final norm + attention mask + rope",
         act["final_norm"] + M.attention_mask_bytes(n, s, workload.padded, attention) + M.rope_bytes(shape, n, s, e),
         "train", "(4 + e) h T + n s^2 + 2 n s d e")
-    if rm:
+    if score_head:
         head = {"forward": 0.0, "backward": 0.0}
         head_name = None
     elif algorithm.materializes_full_logits:
@@ -341,7 +324,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         add("backward workspace", transient, "train", "(2 f e + 4 h (4 - e)) T: gradients of one layer")
 
     # --- generation phase (policy gradients) --------------------------------------------
-    if family == "policy_gradient":
+    if family.generates_rollouts:
         g, total_len = workload.generation_sequences, workload.prompt_len + workload.completion_len
         add("KV cache", M.kv_cache_bytes(shape, g, total_len, e), "generation",
             f"{g} seq x {total_len} tok x 2 L k d e "
@@ -356,7 +339,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             notes.append("use_vllm: generation memory of the vLLM engine is not modelled")
         notes.append(f"prompt length assumed {workload.prompt_len} tokens (--prompt-length to change); completions "
                      f"at the {workload.completion_len}-token budget (random or early models run to it)")
-    elif family == "direct_alignment" or rm:
+    else:
         notes.append(f"every sequence padded to max_length {s} (the worst case; real batches pad to their longest)")
 
     if not checkpointing:
@@ -365,18 +348,6 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         notes.append("offload_param_device: parameters leave the GPU between uses (not modelled: counted on GPU)")
     return Plan(recipe=recipe, launch=launch, shape=shape, workload=workload, terms=terms, notes=notes,
                 warnings=warnings, capacity_gib=capacity_gib)
-
-
-def _needs_reference(recipe, peft: bool) -> bool:
-    algorithm, training = recipe.algorithm, recipe.training
-    family = algorithm.family
-    if peft:
-        return False
-    if family == "direct_alignment":
-        return algorithm.reference_model and not getattr(training, "precompute_ref_log_probs", False)
-    if family == "policy_gradient":
-        return getattr(training, "beta", 0.0) != 0.0
-    return False
 
 
 def _add_reward_model(path: str, add, notes: list[str], dtype: str | None = None) -> None:
