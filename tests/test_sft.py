@@ -332,9 +332,11 @@ def test_resume_mid_second_epoch_is_exact(tmp_path):
         assert got[step] == pytest.approx(expected[step], rel=1e-5), step
 
 
-def test_two_processes_keep_the_effective_batch(tmp_path):
-    out = tmp_path / "ddp"
-    launch("ddp_2proc.yaml", "sft.yaml", out)
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("config", ["ddp_2proc.yaml", "zero3_2proc.yaml"])
+def test_two_processes_keep_the_effective_batch(tmp_path, config):
+    out = tmp_path / config.split("_")[0]
+    launch(config, "sft.yaml", out)
     results = json.loads((out / "final_results.json").read_text())
     assert results["world_size"] == 2  # a silent fallback to one process would show 1
     assert results["effective_batch_size"] == 4 and results["gradient_accumulation_steps"] == 1
