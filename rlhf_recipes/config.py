@@ -158,13 +158,32 @@ class Recipe:
 # Command line
 
 
+USAGE = "usage: recipes/run.py RECIPE.yaml [--profile tiny] [--resume] [--KEY VALUE ...]   (RECIPE.yaml --help: its keys)"
+
+
+def recipe_help(argv: list[str]) -> str:
+    """`RECIPE.yaml --help`: every key the recipe's algorithm takes, with its type, default and help text.
+
+    transformers' HfArgumentParser writes it from the three dataclasses (ours, TRL's ModelConfig, the
+    algorithm's config): the same fields that recipes and the command line set."""
+    names = ", ".join(sorted(ALGORITHMS))
+    path = next((a for a in argv if not a.startswith("-")), None)
+    if path is None:
+        return f"{USAGE}\nAvailable algorithms: {names}"
+    name = read_yaml(path).get("algorithm")
+    if name not in ALGORITHMS:
+        raise RecipeError(f"{path}: unknown algorithm `{name}`. Available: {names}")
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser((RecipeArgs, import_object(MODEL_CONFIG), import_object(ALGORITHMS[name].config_class)),
+                              prog=f"recipes/run.py {path}", usage=USAGE.removeprefix("usage: "))
+    return parser.format_help()
+
+
 def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:
     """`RECIPE.yaml --key value --flag --key=value` -> (path, {key: raw string})."""
     if not argv or argv[0].startswith("-"):
-        raise RecipeError(
-            "usage: recipes/run.py RECIPE.yaml [--profile tiny] [--resume] [--KEY VALUE ...]\n"
-            f"Available algorithms: {', '.join(sorted(ALGORITHMS))}"
-        )
+        raise RecipeError(f"{USAGE}\nAvailable algorithms: {', '.join(sorted(ALGORITHMS))}")
     path, rest = argv[0], argv[1:]
     overrides: dict[str, str] = {}
     i = 0

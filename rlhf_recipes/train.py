@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf_recipes.config import RecipeError, load_recipe
+from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.quiet import explain_once, quiet_known_noise
 from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
 from rlhf_recipes.validation import check_inputs
@@ -25,8 +25,16 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 
 def main(argv: list[str] | None = None) -> int:
     quiet_known_noise()
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        try:
+            print(recipe_help(argv))
+        except RecipeError as e:
+            report_error(e)
+            return 2
+        return 0
     try:
-        recipe = load_recipe(sys.argv[1:] if argv is None else argv, construct=False)
+        recipe = load_recipe(argv, construct=False)
         folder = prepare_output_dir(recipe)
         check_inputs(recipe)
         folder.claim(recipe)

@@ -256,7 +256,10 @@ def check_inputs(recipe) -> None:
     elif source is not None and source.generate is None and not recipe.tiny:
         check_hub_dataset(args.dataset_name or source.hub_id, recipe.where("dataset_name" if args.dataset_name
                                                                           else "dataset"))
-    check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"))
+    from rlhf_recipes.registry import family_of
+
+    check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
+                chat_template=family_of(recipe.algorithm).needs_chat_template)
     names = recipe.value("reward_funcs") or []
     if names:
         import rewards

@@ -148,6 +148,13 @@ def test_incomplete_model_folders_are_named(tmp_path, capsys, files, expected):
     assert "`model_name_or_path`" in line and expected in line
 
 
+def test_a_model_without_a_chat_template_is_refused_where_the_family_needs_one(tmp_path, capsys):
+    folder = _model_folder(tmp_path, "config.json", "model.safetensors")
+    (Path(folder) / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    line = fails(capsys, *dpo("--model_name_or_path", folder, "--output_dir", str(tmp_path / "run")))
+    assert "has no chat template, which this algorithm needs" in line
+
+
 def test_missing_model_folder_and_uncached_hub_model_offline(tmp_path, capsys, monkeypatch):
     line = fails(capsys, *dpo("--model_name_or_path", "./no/such/model", "--output_dir", str(tmp_path / "a")))
     assert "no such model folder ./no/such/model" in line
@@ -320,3 +327,11 @@ def test_a_feature_whose_extra_is_missing_names_the_extra(tmp_path, capsys, monk
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
     line = fails(capsys, *dpo("--load_in_4bit", "true", "--output_dir", str(tmp_path / "run")))
     assert "`load_in_4bit`: needs the package `bitsandbytes`" in line and 'pip install "rlhf-recipes[qlora]"' in line
+
+
+def test_help_lists_every_key_of_the_recipes_algorithm(capsys):
+    assert train([str(RECIPES / "dpo.yaml"), "--help"]) == 0
+    out = capsys.readouterr().out
+    for key in ("--learning_rate", "--beta", "--model_name_or_path", "--effective_batch_size", "--stop_on_health_warning"):
+        assert key in out, key
+    assert train(["--help"]) == 0 and "Available algorithms: apo_down" in capsys.readouterr().out

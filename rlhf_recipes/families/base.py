@@ -73,6 +73,8 @@ class Family:
     book_logs_prefixed: ClassVar[bool] = False
     # Our metrics worth plotting when local runs are compared with each other, in display order (globs allowed).
     compare_metrics: ClassVar[tuple[str, ...]] = ("loss", "grad_norm")
+    # The model's tokenizer must bring a chat template (conversational prompts); checked before anything loads.
+    needs_chat_template: ClassVar[bool] = False
 
     def sequences_per_example(self, recipe) -> int:
         """Sequences one training example puts through the forward (chosen + rejected: 2)."""

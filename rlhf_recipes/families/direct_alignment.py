@@ -13,6 +13,7 @@ from rlhf_recipes.families.base import Family
 
 class DirectAlignment(Family):
     name = "direct_alignment"
+    needs_chat_template = True
     tiny_overlay = {  # on top of config.TINY_COMMON
         "num_samples": 32,
         "max_steps": 4,

@@ -28,6 +28,7 @@ INDIVISIBLE = (
 
 class PolicyGradient(Family):
     name = "policy_gradient"
+    needs_chat_template = True
     tiny_overlay = {  # on top of config.TINY_COMMON
         "num_samples": 16,  # prompts generated (reasoning-gym is offline)
         "max_steps": 4,  # one rollout batch of the book's 4 x 8 structure = 4 optimizer steps

@@ -15,6 +15,7 @@ from rlhf_recipes.families.base import Family
 
 class SelfDistillation(Family):
     name = "self_distillation"
+    needs_chat_template = True
     generates_rollouts = True  # 8 rollouts per prompt each step; the live model is its own teacher (no reference)
     compare_metrics = ("reward", "loss", "skipped", "completions/mean_length", "grad_norm")
     tiny_overlay = {  # on top of config.TINY_COMMON
