@@ -104,16 +104,22 @@ def _words(tokenizer, n_tokens: int, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def synthetic_data(rm_kind: str | None, path: Path, tokenizer, seq_len: int, rows: int) -> Path:
-    """Rows in the dataset's real schema whose prompt + response fill about seq_len tokens: rollouts with rewards
-    for an outcome reward model (rm_kind "outcome"), preference pairs otherwise."""
+def synthetic_data(columns: tuple[str, ...], path: Path, tokenizer, seq_len: int, rows: int) -> Path:
+    """Rows in the dataset's real schema (its adapter's `columns`) whose prompt + response fill about seq_len
+    tokens: conversations (SFT), rollouts with rewards (an outcome reward model), or preference pairs."""
     rng = random.Random(0)
     prompt_len = seq_len // 4
     lines = []
-    for _ in range(rows):
+    for i in range(rows):
         prompt = _words(tokenizer, prompt_len, rng)
-        if rm_kind == "outcome":
-            completions = [_words(tokenizer, seq_len - prompt_len, rng) + "\n#### 7" for _ in range(2)]
+        if "messages" in columns:
+            reply = _words(tokenizer, seq_len - prompt_len, rng)
+            lines.append({"prompt": prompt, "prompt_id": str(i), "category": "Generation",
+                          "messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]})
+        elif "completions" in columns:
+            # The ORM skips over-long rollouts (as the book does): leave room for its system prompt and template.
+            budget = max(16, seq_len - prompt_len - 160)
+            completions = [_words(tokenizer, budget, rng) + "\n#### 7" for _ in range(2)]
             lines.append({"prompt": prompt, "completions": completions, "rewards": [1.0, 0.0]})
         else:
             responses = [_words(tokenizer, seq_len - prompt_len, rng) for _ in range(2)]
@@ -145,7 +151,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from transformers import TrainerCallback
 
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.data import SOURCES, load_splits
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.tools.planner import Workload
     from rlhf_recipes.tools.planner import memory as M
@@ -158,7 +164,6 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         raise SystemExit("real model shapes need a CUDA GPU; use --tiny for a CPU run of the tiny model")
     workdir = Path(workdir or tempfile.mkdtemp(prefix="rlhf-bench-"))
     pg = family_of(ALGORITHMS[algorithm]).generates_rollouts  # rollout batches; generation timed apart
-    rm_kind = getattr(import_object(ALGORITHMS[algorithm].config_class), "rm_kind", None)  # reward models only
     tok_path = tiny_model_path()
     from transformers import AutoTokenizer
 
@@ -191,7 +196,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         micro = probe.training.per_device_train_batch_size
         seq_len = seq_len or (probe.training.max_length if tiny else min(probe.training.max_length, BENCH_SEQ_LEN))
         rows = total_steps * micro + 8
-        data = synthetic_data(rm_kind, workdir / f"data-{algorithm}-{seq_len}.jsonl", tokenizer, seq_len, rows)
+        data = synthetic_data(SOURCES[probe.args.dataset].columns, workdir / f"data-{algorithm}-{seq_len}.jsonl", tokenizer, seq_len, rows)
         argv += ["--max_steps", str(total_steps), "--effective_batch_size", str(micro), "--data_files", str(data),
                  "--num_samples", str(rows), "--eval_fraction", "0.0", "--max_length", str(seq_len)]
     recipe = load_recipe(argv)
