@@ -311,7 +311,9 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         head = {"forward": 0.0, "backward": 0.0}
         head_name = None
     elif algorithm.materializes_full_logits:
-        head = M.full_logits_bytes(shape, T, e, triton=device != "cpu")
+        # A trainer on its own rollouts keeps logits for the completion only (TRL's logits_to_keep).
+        logit_tokens = n * workload.completion_len if family.generates_rollouts and workload.completion_len else T
+        head = M.full_logits_bytes(shape, logit_tokens, e, triton=device != "cpu")
         head_name = "logits (T x V, materialized by the trainer)"
     else:
         head = M.fused_head_bytes(shape, T, e, head_trainable=not peft, p=p, triton=device != "cpu")
