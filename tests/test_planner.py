@@ -449,7 +449,7 @@ def test_tiny_profile_peak_against_measured(algorithm, extra, tmp_path):
     assert 0.95 <= plan.peak_bytes / measured <= 1.15, (plan.peak_bytes / MiB, measured / MiB)
 
 
-@pytest.mark.parametrize("algorithm", ["preference_rm", "sft"])
+@pytest.mark.parametrize("algorithm", ["preference_rm", "sft", "sdpo", "rejection_sampling_top_per_prompt"])
 def test_benchmark_script_runs_on_cpu(tmp_path, algorithm):
     """`rlhf-recipes bench` end to end on the tiny model (its GPU runs use the same code)."""
     row = bench.run_benchmark(algorithm, steps=1, tiny=True, workdir=tmp_path)

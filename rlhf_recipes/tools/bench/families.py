@@ -106,7 +106,8 @@ def _words(tokenizer, n_tokens: int, rng: random.Random) -> str:
 
 def synthetic_data(columns: tuple[str, ...], path: Path, tokenizer, seq_len: int, rows: int) -> Path:
     """Rows in the dataset's real schema (its adapter's `columns`) whose prompt + response fill about seq_len
-    tokens: conversations (SFT), rollouts with rewards (an outcome reward model), or preference pairs."""
+    tokens: conversations (SFT), problems with answers (GSM8K), rollouts with rewards (an outcome reward model),
+    or preference pairs."""
     rng = random.Random(0)
     prompt_len = seq_len // 4
     lines = []
@@ -116,6 +117,8 @@ def synthetic_data(columns: tuple[str, ...], path: Path, tokenizer, seq_len: int
             reply = _words(tokenizer, seq_len - prompt_len, rng)
             lines.append({"prompt": prompt, "prompt_id": str(i), "category": "Generation",
                           "messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]})
+        elif "question" in columns:  # GSM8K-style problems (rejection sampling generates its own completions)
+            lines.append({"question": prompt, "answer": _words(tokenizer, prompt_len, rng) + "\n#### 7"})
         elif "completions" in columns:
             # The ORM skips over-long rollouts (as the book does): leave room for its system prompt and template.
             budget = max(16, seq_len - prompt_len - 160)
@@ -184,7 +187,11 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     if lora == "qlora":
         argv += ["--load_in_4bit", "true"]
     if pg:
-        argv += ["--rollouts_db", "null", "--log_samples_every", "0"]
+        from rlhf_recipes.config_schema import fields_of
+
+        options = fields_of(ALGORITHMS[algorithm].config_class)  # no rollout store or samples where the config has them
+        argv += [x for key, value in (("rollouts_db", "null"), ("log_samples_every", "0")) if key in options
+                 for x in (f"--{key}", value)]
         probe = load_recipe(argv)
         per_rollout = probe.training.generation_batch_size // (
             probe.training.per_device_train_batch_size * probe.training.gradient_accumulation_steps)
