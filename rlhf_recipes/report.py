@@ -73,6 +73,7 @@ def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> P
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = read_metrics(output_dir / "metrics.jsonl")
     names = ["loss", *[m for m in key_metrics if m != "loss"]]
@@ -91,6 +92,7 @@ def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> P
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(series):]:
         ax.axis("off")

@@ -379,6 +379,7 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from rlhf_recipes.tools.compare.load import load_run
 
@@ -405,6 +406,7 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
                     break
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
