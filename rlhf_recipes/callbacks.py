@@ -138,9 +138,9 @@ class HealthCallback(TrainerCallback):
 
     EXPLODE = 10.0
 
-    def __init__(self, stop: bool = False):
+    def __init__(self, stop: bool = False, start_loss: float | None = None):
         self.stop = stop
-        self.start_loss: float | None = None
+        self.start_loss = start_loss  # a resumed run passes its first logged loss, so the baseline survives resume
         self.previous_loss: float | None = None
         self.stopped_because: str | None = None
 

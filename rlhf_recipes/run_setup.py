@@ -13,6 +13,7 @@ Loads nothing heavy: called before torch or transformers are imported.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -184,6 +185,17 @@ def configure_reporting(recipe: Recipe) -> None:
     os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
 
 
+def first_logged_loss(path: Path) -> float | None:
+    """The loss of a run's first logged step (metrics.jsonl), or None."""
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if isinstance(row.get("loss"), (int, float)):
+            return float(row["loss"])
+    return None
+
+
 def run_callbacks(recipe: Recipe, folder: RunFolder):
     """The callbacks every run gets (imports transformers)."""
     from rlhf_recipes.callbacks import (
@@ -191,8 +203,9 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
     )
 
     interrupt = InterruptCallback()
-    health = HealthCallback(stop=recipe.args.stop_on_health_warning)
     resume_step = checkpoint_step(folder.checkpoint) if folder.checkpoint else None
+    health = HealthCallback(stop=recipe.args.stop_on_health_warning,
+                            start_loss=first_logged_loss(folder.output_dir / "metrics.jsonl") if resume_step else None)
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / "metrics.jsonl",
                  resume_step), interrupt, CheckpointManifestCallback()]

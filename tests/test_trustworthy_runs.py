@@ -335,3 +335,16 @@ def test_help_lists_every_key_of_the_recipes_algorithm(capsys):
     for key in ("--learning_rate", "--beta", "--model_name_or_path", "--effective_batch_size", "--stop_on_health_warning"):
         assert key in out, key
     assert train(["--help"]) == 0 and "Available algorithms: apo_down" in capsys.readouterr().out
+
+
+def test_a_resumed_run_keeps_its_health_baseline(six_steps, tmp_path):
+    """The explode check compares with the run's FIRST loss, also after a resume (read from metrics.jsonl)."""
+    from rlhf_recipes.config import load_recipe as resolve
+    from rlhf_recipes.run_setup import prepare_output_dir, run_callbacks
+
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    recipe = resolve([str(out / "config.yaml"), "--resume"], construct=False)
+    _, _, health = run_callbacks(recipe, prepare_output_dir(recipe))
+    first = next(r["loss"] for r in read_metrics(six_steps) if "loss" in r)
+    assert health.start_loss == first
