@@ -167,8 +167,13 @@ def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any],
         return json.loads(shipped.read_text()), f"shipped shape {shipped.name}"
     try:
         from huggingface_hub import hf_hub_download
+        from huggingface_hub.constants import HF_HUB_OFFLINE
 
-        file = hf_hub_download(name, "config.json", revision=revision)
+        from rlhf_recipes.validation import hub_reachable
+
+        # Offline or unreachable: the local cache only, at once (not a minute of download retries).
+        cache_only = HF_HUB_OFFLINE or not hub_reachable()
+        file = hf_hub_download(name, "config.json", revision=revision, local_files_only=cache_only)
     except Exception as e:  # offline, unknown id, gated repo
         raise ShapeError(
             f"no shape for {name!r}: not a local config, not shipped ({', '.join(shipped_names())}), and its "
