@@ -53,6 +53,23 @@ class RewardModelScorer:
         return score_completions(self.info, self.model, self.tokenizer, prompts, completions, self.batch_size)
 
 
+MERGED_SUBDIR = "merged"  # where a LoRA reward model's run also saves the merged model
+
+
+def resolve_reward_model_dir(path: str) -> str:
+    """The directory holding the full model: `path`, or `path/merged` for a LoRA run."""
+    p = Path(path)
+    if (p / "config.json").is_file():
+        return str(p)
+    if (p / MERGED_SUBDIR / "config.json").is_file():
+        return str(p / MERGED_SUBDIR)
+    if (p / "adapter_config.json").is_file():
+        raise ValueError(f"{path} holds a LoRA adapter but no merged model: merge it into its base model "
+                         f"(peft's merge_and_unload) and save it to {p / MERGED_SUBDIR}")
+    raise ValueError(f"{path}: no saved reward model there (expected config.json, e.g. the output_dir of a "
+                     "preference_rm / hh_rm / orm / prm run)")
+
+
 def reward_name(path: str) -> str:
     """`rm_<folder>` as a Python identifier (a checkpoint keeps its run's name: rm_hh_rm_checkpoint_500)."""
     p = Path(path)
@@ -63,8 +80,6 @@ def reward_name(path: str) -> str:
 def reward_model_reward(path: str, batch_size: int = 16, device: str | None = None, dtype: str | None = None,
                         name: str | None = None) -> Callable[..., list[float]]:
     """A GRPO reward function that scores completions with the reward model saved at `path`."""
-    from rewards.reward_model_scoring import resolve_reward_model_dir
-
     resolve_reward_model_dir(path)  # fail now, not at the first rollout, if nothing is saved there
     scorer = RewardModelScorer(path, batch_size, device, dtype)
 

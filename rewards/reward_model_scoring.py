@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rewards.reward_model import resolve_reward_model_dir
 from rewards.text import completion_text
 from rewards.reward_model_encoding import (
     DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, encode_rollout, encode_sequence, encode_steps,
@@ -116,25 +117,6 @@ def step_probabilities(model, sequences: list[list[int]], positions: list[list[i
 
 # --------------------------------------------------------------------------------------
 # A saved reward model, scoring (prompt, completion) pairs
-
-
-MERGED_SUBDIR = "merged"  # where a LoRA reward model's run also saves the merged model
-
-
-def resolve_reward_model_dir(path: str) -> str:
-    """The directory holding the full model: `path`, or `path/merged` for a LoRA run."""
-    from pathlib import Path
-
-    p = Path(path)
-    if (p / "config.json").is_file():
-        return str(p)
-    if (p / MERGED_SUBDIR / "config.json").is_file():
-        return str(p / MERGED_SUBDIR)
-    if (p / "adapter_config.json").is_file():
-        raise ValueError(f"{path} holds a LoRA adapter but no merged model: merge it into its base model "
-                         f"(peft's merge_and_unload) and save it to {p / MERGED_SUBDIR}")
-    raise ValueError(f"{path}: no saved reward model there (expected config.json, e.g. the output_dir of a "
-                     "preference_rm / hh_rm / orm / prm run)")
 
 
 def infer_info(config) -> dict[str, Any]:

@@ -111,7 +111,9 @@ def read_fields(cls: type) -> dict[str, dict[str, Any]]:
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("RLHF_RECIPES_CACHE", Path.home() / ".cache" / "rlhf-recipes")) / "schemas"
+    from rlhf_recipes.tiny import cache_root
+
+    return cache_root() / "schemas"
 
 
 def _version(package: str) -> str:

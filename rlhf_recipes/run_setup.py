@@ -13,7 +13,6 @@ Loads nothing heavy: called before torch or transformers are imported.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -25,7 +24,7 @@ import yaml
 
 from rlhf_recipes.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir
 from rlhf_recipes.config import Recipe, RecipeError
-from rlhf_recipes.report import write_config
+from rlhf_recipes.report import read_metrics, write_config
 
 logger = logging.getLogger(__name__)
 
@@ -187,13 +186,7 @@ def configure_reporting(recipe: Recipe) -> None:
 
 def first_logged_loss(path: Path) -> float | None:
     """The loss of a run's first logged step (metrics.jsonl), or None."""
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        row = json.loads(line) if line.strip() else {}
-        if isinstance(row.get("loss"), (int, float)):
-            return float(row["loss"])
-    return None
+    return next((float(r["loss"]) for r in read_metrics(path) if isinstance(r.get("loss"), (int, float))), None)
 
 
 def run_callbacks(recipe: Recipe, folder: RunFolder):

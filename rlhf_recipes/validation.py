@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from rewards.reward_model import RM_PREFIX
+from rewards.reward_model import RM_PREFIX, resolve_reward_model_dir
 from rlhf_recipes.errors import RecipeError
 
 # key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.
@@ -164,6 +164,10 @@ def _has_chat_template(folder: Path) -> bool:
     return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
+
+
 def hub_reachable(timeout: float = 2.0) -> bool:
     """One TCP connection to the hub, not a minute of retries."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
@@ -176,7 +180,7 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 def check_hub_model(name: str, flag: str) -> None:
     """A hub id: fine online; offline (or unreachable) it must already be in the local cache."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    offline = _env_flag("HF_HUB_OFFLINE")
     if not offline and hub_reachable():
         return
     from huggingface_hub import try_to_load_from_cache
@@ -192,7 +196,7 @@ def check_hub_model(name: str, flag: str) -> None:
 
 def check_hub_dataset(hub_id: str, flag: str) -> None:
     """A hub dataset: fine online; offline (or unreachable) it must already be in the local hub cache."""
-    offline = os.environ.get("HF_DATASETS_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0")).lower() in ("1", "true")
+    offline = _env_flag("HF_DATASETS_OFFLINE") or _env_flag("HF_HUB_OFFLINE")
     if not offline and hub_reachable():
         return
     from huggingface_hub.constants import HF_HUB_CACHE
@@ -286,5 +290,8 @@ def check_reward_model(path: str, flag: str) -> None:
     if not folder.is_dir():
         raise RecipeError(f"{flag}: reward model `rm:{path}`: no such folder. Train one first (e.g. python "
                           "recipes/run.py recipes/hh_rm.yaml) and name its output_dir")
-    merged = folder / "merged"
-    check_model_folder(str(merged if merged.is_dir() else folder), f"{flag} (rm:{path})")
+    try:
+        model_dir = resolve_reward_model_dir(str(folder))  # the run's folder, or its merged/ copy for LoRA
+    except ValueError as e:
+        raise RecipeError(f"{flag}: {e}") from None
+    check_model_folder(model_dir, f"{flag} (rm:{path})")
