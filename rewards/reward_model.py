@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+from rewards.reward_model_files import resolve_reward_model_dir
+
 RM_PREFIX = "rm:"
 
 
@@ -51,23 +53,6 @@ class RewardModelScorer:
         if self.model is None:
             self.load()
         return score_completions(self.info, self.model, self.tokenizer, prompts, completions, self.batch_size)
-
-
-MERGED_SUBDIR = "merged"  # where a LoRA reward model's run also saves the merged model
-
-
-def resolve_reward_model_dir(path: str) -> str:
-    """The directory holding the full model: `path`, or `path/merged` for a LoRA run."""
-    p = Path(path)
-    if (p / "config.json").is_file():
-        return str(p)
-    if (p / MERGED_SUBDIR / "config.json").is_file():
-        return str(p / MERGED_SUBDIR)
-    if (p / "adapter_config.json").is_file():
-        raise ValueError(f"{path} holds a LoRA adapter but no merged model: merge it into its base model "
-                         f"(peft's merge_and_unload) and save it to {p / MERGED_SUBDIR}")
-    raise ValueError(f"{path}: no saved reward model there (expected config.json, e.g. the output_dir of a "
-                     "preference_rm / hh_rm / orm / prm run)")
 
 
 def reward_name(path: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rewards.reward_model import resolve_reward_model_dir
+from rewards.reward_model_files import resolve_reward_model_dir
 from rewards.text import completion_text
 from rewards.reward_model_encoding import (
     DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, encode_rollout, encode_sequence, encode_steps,

@@ -19,7 +19,8 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from rewards.reward_model import RM_PREFIX, resolve_reward_model_dir
+from rewards.reward_model import RM_PREFIX
+from rewards.reward_model_files import resolve_reward_model_dir
 from rlhf_recipes.errors import RecipeError
 
 # key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.

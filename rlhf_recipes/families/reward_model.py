@@ -173,7 +173,7 @@ def _merged_for_scoring(recipe, trainer):
 
     from accelerate.utils import is_peft_model
 
-    from rewards.reward_model import MERGED_SUBDIR
+    from rewards.reward_model_files import MERGED_SUBDIR
 
     model = trainer.model
     if not is_peft_model(model):
