@@ -32,3 +32,7 @@ class DataSource:
     hub_config: str | None = None
     # Procedural sources (reasoning-gym) build their rows instead of reading a file.
     generate: Callable[[Any], "Dataset"] | None = None
+    # The dataset's own held-out split, which held-out evaluation reads when the recipe held no rows out
+    # (rlhf_recipes/evaluation/heldout.py), and its shipped fixture for the tiny profile.
+    heldout_split: str | None = None
+    heldout_fixture: str | None = None

@@ -41,4 +41,6 @@ SOURCE = DataSource(
     fixture="no_robots/train.jsonl",
     columns=("prompt", "prompt_id", "messages", "category"),
     normalize=normalize,
+    heldout_split="test",
+    heldout_fixture="no_robots/test.jsonl",
 )

@@ -79,29 +79,29 @@ def parse_task_specs(kwargs: dict[str, Any], where: str) -> list[dict[str, Any]]
     return specs
 
 
-def generate(recipe) -> "Dataset":
+def training_seed(recipe) -> int:
+    """The composite's seed: dataset_kwargs.seed, else the recipe's `seed`."""
+    return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.training.seed))
+
+
+def build_rows(recipe, size: int, seed: int) -> "Dataset":
+    """`size` entries of the recipe's composite (its tasks, with `seed`) as conversational rows; the same
+    prompts for training (generate) and for the held-out split (rlhf_recipes/evaluation/reasoning.py)."""
     from datasets import Dataset
 
     from rewards.reasoning_tasks import composite_dataset, composite_spec
 
-    args = recipe.args
     where = recipe.source
-    if args.num_samples is None:
-        raise DataError(f"{where}: reasoning_gym generates its data: set `num_samples` (the book: 3000 for grpo)")
-    if args.num_samples <= 0:
-        raise DataError(f"{where}: num_samples must be > 0, got {args.num_samples}")
-    kwargs = dict(args.dataset_kwargs or {})
-    specs = parse_task_specs(kwargs, where)
-    seed = kwargs.get("seed", recipe.training.seed)
-    spec_json = composite_spec(specs, size=args.num_samples, seed=seed)
+    specs = parse_task_specs(dict(recipe.args.dataset_kwargs or {}), where)
+    spec_json = composite_spec(specs, size=size, seed=seed)
     try:
         dataset = composite_dataset(spec_json)
     except (TypeError, ValueError, AssertionError) as e:
         raise DataError(f"{where}: reasoning-gym rejected the task config {specs}: {e}") from e
 
-    system = system_prompt_text(args.system_prompt)
+    system = system_prompt_text(recipe.args.system_prompt)
     rows: dict[str, list] = {"prompt": [], "rg_dataset": [], "rg_index": [], "answer": [], "task": []}
-    for index in range(args.num_samples):
+    for index in range(size):
         entry = dataset[index]
         messages = [{"role": "user", "content": entry["question"]}]
         if system:
@@ -112,6 +112,16 @@ def generate(recipe) -> "Dataset":
         rows["answer"].append(str(entry["answer"]))
         rows["task"].append(entry["metadata"].get("source_dataset", specs[0]["name"]))
     return Dataset.from_dict(rows)
+
+
+def generate(recipe) -> "Dataset":
+    args = recipe.args
+    where = recipe.source
+    if args.num_samples is None:
+        raise DataError(f"{where}: reasoning_gym generates its data: set `num_samples` (the book: 3000 for grpo)")
+    if args.num_samples <= 0:
+        raise DataError(f"{where}: num_samples must be > 0, got {args.num_samples}")
+    return build_rows(recipe, args.num_samples, training_seed(recipe))
 
 
 SOURCE = DataSource(

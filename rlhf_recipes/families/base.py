@@ -8,6 +8,7 @@ The hooks, in the order a run calls them:
   load_model(recipe, tokenizer)              the model to train (a causal LM unless the family says otherwise)
   build_trainer(recipe, model, tokenizer, train, eval, callbacks) -> transformers.Trainer
   final_results(recipe, trainer) -> dict     extra numbers for final_results.json (e.g. RM eval)
+  evaluator(recipe, options)                 its held-out evaluation (rlhf-recipes evaluate, eval_every)
 build_trainer's construction is shared; a family changes it through `peft_config(recipe)` and
 `trainer_kwargs(recipe, trainer_class)`.
 
@@ -61,6 +62,11 @@ class Family:
 
     def final_results(self, recipe, trainer) -> dict[str, Any]:
         return {}
+
+    def evaluator(self, recipe, options):
+        """The held-out evaluation of this family's runs (rlhf_recipes/evaluation/), for `rlhf-recipes evaluate`
+        and `eval_every`; None: the family has none."""
+        return None
 
     # --- Facts -----------------------------------------------------------------------------
     # Training samples completions from the policy (a generation phase: KV cache, sampling).

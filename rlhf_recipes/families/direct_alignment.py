@@ -52,5 +52,11 @@ class DirectAlignment(Family):
             return {}
         return {"reference_free": True}
 
+    def evaluator(self, recipe, options):
+        """Held-out pairs: implicit-reward accuracy and margins; win rate against the reference with --judge."""
+        from rlhf_recipes.evaluation.preferences import PreferenceEvaluator
+
+        return PreferenceEvaluator(recipe, options)
+
 
 FAMILY = DirectAlignment()

@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from rlhf_recipes.evaluation.generation import generate
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
 logger = logging.getLogger(__name__)
@@ -74,48 +75,6 @@ def _free() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-# --- stage 1 and 6: sampling from the policy ---------------------------------------------------
-def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: int, max_new_tokens: int,
-             enable_thinking: bool, desc: str, **sampling) -> list[list[dict[str, Any]]]:
-    """n completions per chat (greedy when `sampling` is empty), batched with left padding; per chat a list
-    of {"text", "truncated"} (truncated: no end token within max_new_tokens; kept, as the book does)."""
-    import copy
-
-    import torch
-    from tqdm.auto import tqdm
-
-    # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
-    # the stage's settings on top; greedy clears the model's default sampling settings.
-    config = copy.deepcopy(model.generation_config)
-    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None}
-    config.update(max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
-                  use_cache=True, **({"do_sample": True, **sampling} if sampling else greedy))
-    if config.eos_token_id is None:
-        config.eos_token_id = tokenizer.eos_token_id
-    end_ids = torch.tensor(config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id])
-    was_training, side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
-    out: list[list[dict[str, Any]]] = []
-    try:
-        for start in tqdm(range(0, len(chats), batch_size), desc=desc, unit="batch",
-                          disable=int(os.environ.get("RANK", "0")) != 0):
-            texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True,
-                                                   enable_thinking=enable_thinking)
-                     for c in chats[start:start + batch_size]]
-            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.no_grad():
-                ids = model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:]
-            ended = torch.isin(ids, end_ids.to(ids.device)).any(dim=1).tolist()
-            decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
-            for i in range(len(texts)):
-                out.append([{"text": decoded[k], "truncated": not ended[k]} for k in range(i * n, (i + 1) * n)])
-    finally:
-        tokenizer.padding_side = side
-        model.train(was_training)
-    return out
 
 
 # --- stage 2: the reward model ---------------------------------------------------------------
@@ -234,7 +193,8 @@ class RejectionSampling(SupervisedFineTuning):
 
             torch.manual_seed(cfg.seed)
             samples = generate(model, tokenizer, chats, n=cfg.num_completions, batch_size=cfg.rollout_batch_size,
-                               max_new_tokens=cfg.rollout_max_new_tokens, enable_thinking=cfg.enable_thinking,
+                               max_new_tokens=cfg.rollout_max_new_tokens,
+                               chat_template_kwargs={"enable_thinking": cfg.enable_thinking},
                                desc="generate", temperature=cfg.rollout_temperature, top_p=cfg.rollout_top_p,
                                top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
             return [{"question": chat[-1]["content"], "answer": row["answer"],
@@ -302,41 +262,21 @@ class RejectionSampling(SupervisedFineTuning):
                                    "chat_template_kwargs": kwargs} for s in selection])
 
     # --- stage 6 ---
-    def test_questions(self, recipe):
-        """The first `eval_questions` GSM8K questions of `eval_split` (the tiny profile: the real test rows
-        shipped in fixtures/gsm8k/test.jsonl), through the gsm8k adapter."""
-        from datasets import load_dataset
-
-        from rlhf_recipes.data.sources import FIXTURES, SOURCES, normalize_rows
-
-        cfg, source = recipe.training, SOURCES["gsm8k"]
-        if recipe.tiny:
-            where = str(FIXTURES / "gsm8k" / f"{cfg.eval_split}.jsonl")
-            raw = load_dataset("json", data_files=where, split="train")
-        else:
-            where = f"{source.hub_id} [{cfg.eval_split}]"
-            raw = load_dataset(source.hub_id, source.hub_config, split=cfg.eval_split)
-        raw = raw.select(range(min(cfg.eval_questions, len(raw))))
-        return normalize_rows(raw, source, where, recipe.args.system_prompt)
-
     def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0) -> list[dict[str, Any]]:
         """Greedy answers to the test questions, graded (custom_losses/rejection_sampling/grading.py); each row
         records the optimizer `step` of the weights, so a file of other weights is not taken for this one."""
-        from custom_losses.rejection_sampling import grading
+        from rlhf_recipes.evaluation.gsm8k import grade, test_questions
 
         def compute():
-            questions = self.test_questions(recipe)
             cfg = recipe.training
+            questions = test_questions(recipe, cfg.eval_split, cfg.eval_questions)
             answers = generate(model, tokenizer, [list(r["prompt"]) for r in questions], n=1,
                                batch_size=cfg.eval_generation_batch_size, max_new_tokens=cfg.eval_max_new_tokens,
-                               enable_thinking=cfg.enable_thinking, desc=name.split(" ", 1)[1])
-            rows = []
-            for row, (answer,) in zip(questions, answers):
-                predicted = grading.extract_answer(answer["text"])
-                rows.append({"question": row["prompt"][-1]["content"], "gold": row["answer"],
-                             "completion": answer["text"], "predicted": predicted,
-                             "correct": grading.is_correct(predicted, row["answer"]), "step": step})
-            return rows
+                               chat_template_kwargs={"enable_thinking": cfg.enable_thinking},
+                               desc=name.split(" ", 1)[1])
+            return [{"question": row["prompt"][-1]["content"], "gold": row["answer"], "completion": answer["text"],
+                     **grade(answer["text"], row["answer"]), "step": step}
+                    for row, (answer,) in zip(questions, answers)]
 
         return stage(path, name, compute, still_valid=lambda rows: all(r.get("step") == step for r in rows))
 
@@ -355,6 +295,12 @@ class RejectionSampling(SupervisedFineTuning):
 
         return {**results, "test_accuracy": accuracy(tuned), "base_test_accuracy": accuracy(base),
                 "eval_questions": len(tuned), **getattr(self, "stage_stats", {})}
+
+    def evaluator(self, recipe, options):
+        """Stage 6 as a held-out evaluation: greedy exact match on GSM8K's test questions."""
+        from rlhf_recipes.evaluation.gsm8k import Gsm8kEvaluator
+
+        return Gsm8kEvaluator(recipe, options)
 
 
 FAMILY = RejectionSampling()

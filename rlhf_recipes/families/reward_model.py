@@ -397,5 +397,11 @@ class RewardModels(Family):
                            recipe.args.system_prompt)
         return out
 
+    def evaluator(self, recipe, options):
+        """The book's numbers on the held-out split, with intervals (rlhf_recipes/evaluation/reward_models.py)."""
+        from rlhf_recipes.evaluation.reward_models import RewardModelEvaluator
+
+        return RewardModelEvaluator(recipe, options)
+
 
 FAMILY = RewardModels()

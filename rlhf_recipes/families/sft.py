@@ -76,5 +76,11 @@ class SupervisedFineTuning(Family):
             stats.update(steps_per_epoch=sampler.steps_per_epoch, rows_dropped_per_epoch=sampler.dropped_per_epoch)
         return {"data": stats}
 
+    def evaluator(self, recipe, options):
+        """Held-out conversations: loss, perplexity and sample generations."""
+        from rlhf_recipes.evaluation.sft import SftEvaluator
+
+        return SftEvaluator(recipe, options)
+
 
 FAMILY = SupervisedFineTuning()

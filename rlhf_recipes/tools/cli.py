@@ -6,7 +6,7 @@
     rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
     rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
     rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
-    rlhf-recipes evaluate outputs/preference_rm             # a trained reward model on held-out data
+    rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
 
 Each command's module keeps its own `main(argv)`; this file only maps names to them, imported on
@@ -35,7 +35,8 @@ COMMANDS: dict[str, Command] = {
                             "split one GRPO rollout batch into generation, scoring and training"),
     "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
                             "try every kind of bad input and time how long each takes to be reported"),
-    "evaluate": Command("rlhf_recipes.tools.evaluate:main", "evaluate a trained reward model on held-out data"),
+    "evaluate": Command("rlhf_recipes.tools.evaluate:main",
+                        "held-out task accuracy of a run (any family), before / after with intervals"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
     "results": Command("rlhf_recipes.tools.results:main",
                        "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),

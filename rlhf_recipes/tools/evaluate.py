@@ -1,19 +1,21 @@
 #!/usr/bin/env python
-"""Evaluate a trained reward model: the book's numbers on held-out data, and a scored demo.
+"""Evaluate what a run produced on its task's held-out data, before and after, with intervals.
 
-    rlhf-recipes evaluate outputs/preference_rm
-    rlhf-recipes evaluate outputs/orm/checkpoint-500 --batch_size 32
-    rlhf-recipes evaluate path/to/rm --recipe recipes/hh_rm.yaml --split all --data_files test.jsonl
+    rlhf-recipes evaluate outputs/grpo --baseline --k 8           # the run vs the model it started from
+    rlhf-recipes evaluate outputs/grpo/checkpoint-500 --num_problems 100
+    rlhf-recipes evaluate path/to/model --recipe recipes/grpo.yaml --output eval.json
+    rlhf-recipes evaluate outputs/dpo --judge rm:outputs/preference_rm   # + win rate vs the reference
+    rlhf-recipes evaluate outputs/preference_rm --quantize int8   # the change int8 weights make
 
-MODEL is a run's output directory (its config.yaml is the recipe) or a checkpoint inside one,
-or any saved reward model with --recipe. The data come from the recipe, so the held-out split
-is the one the run held out (same rows, same seed). Further --KEY VALUE options override the
-recipe (e.g. --num_samples, --data_files, --dataset_split, --profile tiny).
-Prints a table and writes eval_results.json into MODEL (or --output):
-  preference  pairwise accuracy (r_chosen > r_rejected) and mean margin;
-  outcome     top-1 accuracy (the best-scored rollout of a prompt is correct) and pairwise
-              accuracy over (correct, incorrect) rollouts of a prompt, with baselines;
-  process     step accuracy (argmax of bad/neutral/good at each step), with the majority baseline.
+MODEL is a run's output directory (its config.yaml is the recipe), a checkpoint inside one, or any saved
+model or hub id with --recipe. The family's evaluator (rlhf_recipes/evaluation/) builds the held-out
+problems from the recipe: reasoning-gym tasks drawn with another seed (policy gradients, SDPO), GSM8K's test
+split (rejection sampling), held-out pairs (direct alignment, reward models), held-out conversations (SFT).
+--baseline also scores the recipe's starting model (`model_name_or_path`) on the same problems; --quantize
+scores the model unquantized and in int8/int4. Further --KEY VALUE options override the recipe (e.g.
+--profile tiny, --data_files). Prints metric | before | after | difference [95% interval] and writes the
+result to RUN_DIR/eval/<name>.json (a checkpoint's: RUN_DIR/eval/<name>-checkpoint-N.json), or --output.
+Every metric, the held-out construction and the intervals: docs/tools.md#evaluate.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
 
-
 from rlhf_recipes.config import RecipeError, load_recipe
-from rlhf_recipes.registry import family_of
+
+SPLITS = ("heldout", "eval", "all")  # eval: the former name of heldout (the reward models' held-out split)
 
 
 def find_recipe(model: Path, given: str | None) -> str:
@@ -36,41 +39,131 @@ def find_recipe(model: Path, given: str | None) -> str:
     for folder in (model, model.parent):  # a run's output dir, or a checkpoint inside one
         if (folder / "config.yaml").is_file():
             return str(folder / "config.yaml")
+    if not model.exists():
+        raise RecipeError(f"{model}: no such run folder or model; give a run's output directory, a checkpoint in "
+                          "one, or a model path with --recipe RECIPE.yaml")
     raise RecipeError(f"{model} holds no config.yaml (not a run's output directory): pass --recipe RECIPE.yaml")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
-    parser.add_argument("model", type=Path, help="saved reward model (run output dir or checkpoint)")
-    parser.add_argument("--recipe", help="recipe the data come from (default: MODEL's config.yaml)")
-    parser.add_argument("--split", choices=("eval", "all"), default="eval",
-                        help="the recipe's held-out split (default) or every row it reads")
-    parser.add_argument("--batch_size", type=int, default=8)
+def default_output(model: Path, name: str) -> Path:
+    """RUN_DIR/eval/<name>.json; a checkpoint inside a run: RUN_DIR/eval/<name>-checkpoint-N.json."""
+    if (model.parent / "config.yaml").is_file() and not (model / "config.yaml").is_file():
+        return model.parent / "eval" / f"{name}-{model.name}.json"
+    if not model.is_dir():
+        raise RecipeError(f"{model} is not a folder to write eval/{name}.json into: pass --output FILE.json")
+    return model / "eval" / f"{name}.json"
+
+
+def check_model(model: Path, recipe) -> None:
+    from rlhf_recipes.validation import check_model_folder, looks_local
+
+    text = str(model)
+    if text == "tiny" or (not looks_local(text) and not model.exists()):
+        return  # the tiny model or a hub id: transformers says if it cannot be found
+    check_model_folder(text, "MODEL", tokenizer=False)
+
+
+def parse(argv: list[str]):
+    parser = argparse.ArgumentParser(prog="rlhf-recipes evaluate", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path, help="run output dir, checkpoint, or saved model (with --recipe)")
+    parser.add_argument("--recipe", help="recipe the task and data come from (default: MODEL's config.yaml)")
+    parser.add_argument("--baseline", action="store_true", help="also evaluate the recipe's starting model")
+    parser.add_argument("--k", type=int, default=0, help="pass@k from k sampled completions per problem "
+                        "(reasoning-gym tasks; 0: greedy only)")
+    parser.add_argument("--num_problems", type=int, help="held-out problems to evaluate (default: the evaluator's)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
+    parser.add_argument("--batch_size", type=int, default=8, help="prompts (or pairs) per forward / generate call")
+    parser.add_argument("--max_new_tokens", type=int, help="generation budget (default: the recipe's)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="load the model in this dtype")
-    parser.add_argument("--output", type=Path, help="where to write the JSON (default: MODEL/eval_results.json)")
-    args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--quantize", choices=("int8", "int4"), help="compare the model with itself quantized")
+    parser.add_argument("--judge", help="rm:PATH: a reward model that judges the policy against the reference "
+                        "(direct alignment)")
+    parser.add_argument("--split", choices=SPLITS, default="heldout",
+                        help="heldout (default); all: every row the recipe reads (reward models)")
+    parser.add_argument("--name", help="the result's name: RUN_DIR/eval/<name>.json (default: the split)")
+    parser.add_argument("--output", type=Path, help="where to write the JSON instead")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse(sys.argv[1:] if argv is None else argv)
+    from rlhf_recipes.evaluation import EvalError, EvalOptions, evaluator_for
+
+    split = "heldout" if args.split == "eval" else args.split
     try:
+        for flag, value in (("--k", args.k), ("--num_problems", args.num_problems), ("--batch_size", args.batch_size),
+                            ("--max_new_tokens", args.max_new_tokens)):
+            if value is not None and value < (0 if flag == "--k" else 1):
+                raise RecipeError(f"{flag}: expected {'an integer >= 0' if flag == '--k' else 'a positive integer'}, "
+                                  f"got {value}")
+        if args.quantize and args.baseline:
+            raise RecipeError("--quantize compares the model with its quantized self; run --baseline separately")
         recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides])
-    except RecipeError as e:
+        check_model(args.model, recipe)
+        name = args.name or split
+        output = args.output or default_output(args.model, name)
+        options = EvalOptions(name=name, split=split, num_problems=args.num_problems, k=args.k, seed=args.seed,
+                              batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
+                              quantize=args.quantize, judge=args.judge)
+        evaluator = evaluator_for(recipe, options)
+        from rlhf_recipes.evaluation.run import evaluate
+
+        evaluator.data()  # the held-out problems: a data mistake is reported before any model loads
+        result = evaluate(recipe, evaluator, str(args.model), baseline=args.baseline)
+    except (RecipeError, EvalError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if not family_of(recipe.algorithm).trains_reward_model:
-        print(f"error: {recipe.source} is a `{recipe.algorithm.name}` recipe, not a reward model's", file=sys.stderr)
-        return 2
-
-    from rlhf_recipes.families.reward_model import evaluate_saved, format_report
-
-    try:
-        results = evaluate_saved(str(args.model), recipe, args.split, args.batch_size, args.dtype)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(format_report(results))
-    output = args.output or args.model / "eval_results.json"
-    output.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print_report(result)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"wrote {output}")
     return 0
+
+
+def _fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def report_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """metric | before | after | difference [interval] (after's own interval when there is no baseline)."""
+    before, diff, bounds = result.get("baseline") or {}, result.get("difference") or {}, result.get("intervals") or {}
+    headers = ["metric", "before", "after", "difference [95% interval]"] if result.get("baseline") is not None else \
+        ["metric", "value", "95% interval", "method"]
+    rows = []
+    for metric, value in result["metrics"].items():
+        if result.get("baseline") is not None:
+            d = diff.get(metric)
+            cell = "-" if d is None or d.get("value") is None else (
+                f"{d['value']:+.4g}" + (f" [{d['low']:+.4g}, {d['high']:+.4g}]" if d.get("low") is not None else ""))
+            rows.append([metric, _fmt(before.get(metric)), _fmt(value), cell])
+        else:
+            b = bounds.get(metric) or {}
+            interval = f"[{b['low']:.4g}, {b['high']:.4g}]" if b.get("low") is not None else "-"
+            rows.append([metric, _fmt(value), interval, b.get("method", "-")])
+    return headers, rows
+
+
+def print_report(result: dict) -> None:
+    from rlhf_recipes.tools.compare.table import print_table
+
+    data, speed = result["data"], result["throughput"]
+    title = (f"{result['algorithm']}: {result['evaluation']} ({data.get('problems')} problems, "
+             f"{result['comparison'] if result['comparison'] != 'none' else 'no baseline'})")
+    print_table(*report_rows(result), title=title)
+    rate = speed.get("problems_per_s")
+    tokens = speed.get("generated_tokens_per_s")
+    print(f"held-out data: {data.get('construction')}; overlaps with training dropped: {data.get('overlaps_dropped')}")
+    print(f"throughput: {_fmt(rate)} problems/s" + (f", {_fmt(tokens)} generated tokens/s" if tokens else ""))
+    details = result.get("details")
+    if details and "demo" in details:
+        from rlhf_recipes.families.reward_model import format_report
+
+        print(format_report(details))
+    for sample in result.get("samples", [])[:2]:
+        print("sample:", json.dumps(sample)[:400])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""Held-out evaluation of what a run produced, for every family: the runner's floor, so that training can run it
+too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/evaluate.py) is a thin CLI.
+
+  intervals.py      Wilson, bootstrap and paired-bootstrap intervals, the unbiased pass@k (pure functions)
+  base.py           options, per-problem Scores, their summary and difference; the Evaluator base class
+  generation.py     batched generation (progress bar, tokens/s), completion log-probs, token KL
+  loading.py        the model to evaluate, optionally quantized (bitsandbytes int8 / int4)
+  heldout.py        held-out rows of a dataset-reading recipe (its eval split, the dataset's test split, or
+                    the rows after the training rows), checked against the training prompts
+  reasoning.py      reasoning-gym tasks (policy gradients, SDPO)     gsm8k.py   GSM8K (rejection sampling)
+  preferences.py    direct alignment                                 sft.py     SFT
+  reward_models.py  reward models                                    run.py     one evaluation -> its JSON document
+  callback.py       periodic evaluation during training (eval/* metrics)
+A family says which evaluator its runs get: `Family.evaluator(recipe, options)` (rlhf_recipes/families/).
+"""
+
+from __future__ import annotations
+
+from rlhf_recipes.evaluation.base import EvalError, EvalOptions, Evaluator
+
+__all__ = ["EvalError", "EvalOptions", "Evaluator", "evaluator_for", "task_evaluator"]
+
+
+def task_evaluator(recipe, options: EvalOptions) -> Evaluator | None:
+    """The evaluator of a verifiable-reward task, by the data source the recipe trains on (None: none here)."""
+    from rlhf_recipes.evaluation.gsm8k import Gsm8kEvaluator
+    from rlhf_recipes.evaluation.reasoning import ReasoningGymEvaluator
+
+    by_source = {"reasoning_gym": ReasoningGymEvaluator, "gsm8k": Gsm8kEvaluator}
+    cls = by_source.get(recipe.args.dataset)
+    return None if cls is None else cls(recipe, options)
+
+
+def evaluator_for(recipe, options: EvalOptions) -> Evaluator:
+    """The held-out evaluator of the recipe's family, checked (EvalError before any model loads)."""
+    from rlhf_recipes.registry import family_of
+
+    family = family_of(recipe.algorithm)
+    evaluator = family.evaluator(recipe, options)
+    if evaluator is None:
+        raise EvalError(f"{recipe.source}: no held-out evaluation for a `{recipe.algorithm.name}` run on dataset "
+                        f"`{recipe.args.dataset}` (held-out tasks: reasoning_gym, gsm8k; the HH runs are evaluated "
+                        "side by side by `rlhf-recipes pipeline hh --evaluate-only`)")
+    evaluator.family_name = family.name
+    evaluator.check()
+    return evaluator

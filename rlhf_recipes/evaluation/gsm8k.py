@@ -1,0 +1,112 @@
+"""GSM8K held-out evaluation (rejection sampling, policy gradients on GSM8K): the book's greedy exact match.
+
+Problems: the first N questions of the test split (`eval_split`, default test; the tiny profile reads the
+real test rows shipped in data/fixtures/gsm8k/test.jsonl), through the gsm8k adapter with the recipe's
+system prompt. GSM8K's test split is disjoint from its train split by construction; the questions are
+still compared with the training ones and any shared one dropped (counted).
+Per problem, greedy: exact_match (the book's grading: the last \\boxed{} or last number, numerically equal,
+custom_losses/rejection_sampling/grading.py), math_verify (math-verify's parse/verify of the gold answer
+against the completion: equivalence, not string match), length (tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf_recipes.evaluation.base import Evaluator, Scores
+
+DEFAULT_SPLIT = "test"
+
+
+def test_questions(recipe, split: str, count: int | None):
+    """The first `count` GSM8K questions of `split` (the tiny profile: the fixture file of that split)."""
+    from datasets import load_dataset
+
+    from rlhf_recipes.data.sources import FIXTURES, SOURCES, normalize_rows
+
+    source = SOURCES["gsm8k"]
+    if recipe.tiny:
+        where = str(FIXTURES / "gsm8k" / f"{split}.jsonl")
+        raw = load_dataset("json", data_files=where, split="train")
+    else:
+        where = f"{source.hub_id} [{split}]"
+        raw = load_dataset(source.hub_id, source.hub_config, split=split)
+    if count is not None:
+        raw = raw.select(range(min(count, len(raw))))
+    return normalize_rows(raw, source, where, recipe.args.system_prompt)
+
+
+def math_verify_correct(completion: str, gold: str) -> bool:
+    """math-verify's equivalence of the completion's final answer with the gold number."""
+    from math_verify import parse, verify
+
+    try:
+        return bool(verify(parse(gold), parse(completion)))
+    except Exception:  # a parser failing on odd text is a wrong answer, not a crash
+        return False
+
+
+def grade(completion: str, gold: str) -> dict[str, Any]:
+    from custom_losses.rejection_sampling import grading
+
+    predicted = grading.extract_answer(completion)
+    return {"predicted": predicted, "correct": grading.is_correct(predicted, gold),
+            "math_verify": math_verify_correct(completion, gold)}
+
+
+class Gsm8kEvaluator(Evaluator):
+    kind = "GSM8K test questions, greedy exact match"
+    default_problems = None  # the whole split
+
+    def split(self) -> str:
+        return getattr(self.recipe.training, "eval_split", None) or DEFAULT_SPLIT
+
+    def num_problems(self) -> int | None:
+        return self.options.num_problems or getattr(self.recipe.training, "eval_questions", None)
+
+    def build_data(self):
+        from rlhf_recipes.data import load_splits
+
+        rows = test_questions(self.recipe, self.split(), self.num_problems()).to_list()
+        train = load_splits(self.recipe)[0]
+        trained = {r["prompt"][-1]["content"] for r in train if isinstance(r.get("prompt"), list)}
+        kept = [r for r in rows if r["prompt"][-1]["content"] not in trained]
+        data = {"source": "gsm8k", "split": self.split(), "seed": None, "problems": len(kept),
+                "overlaps_dropped": len(rows) - len(kept),
+                "construction": f"the first {len(rows)} questions of GSM8K's {self.split()} split, minus any that "
+                                "is also a training question"}
+        return kept, data
+
+    def max_new_tokens(self) -> int:
+        t = self.recipe.training
+        return (self.options.max_new_tokens or getattr(t, "eval_max_new_tokens", None)
+                or getattr(t, "max_completion_length", None) or 512)
+
+    def chat_template_kwargs(self) -> dict | None:
+        t = self.recipe.training
+        if hasattr(t, "enable_thinking"):
+            return {"enable_thinking": t.enable_thinking}
+        return getattr(t, "chat_template_kwargs", None)
+
+    def score(self, model, tokenizer) -> Scores:
+        from rlhf_recipes.evaluation.generation import generate, throughput
+
+        problems, _ = self.data()
+        stats: dict = {}
+        answers = generate(model, tokenizer, [list(r["prompt"]) for r in problems], n=1,
+                           batch_size=self.options.batch_size, max_new_tokens=self.max_new_tokens(),
+                           chat_template_kwargs=self.chat_template_kwargs(), desc="greedy", stats=stats)
+        graded = [grade(a[0]["text"], r["answer"]) for a, r in zip(answers, problems)]
+        per_problem = {
+            "exact_match": [float(g["correct"]) for g in graded],
+            "math_verify": [float(g["math_verify"]) for g in graded],
+            "mean_length": [float(a[0]["tokens"]) for a in answers],
+            "truncated_rate": [float(a[0]["truncated"]) for a in answers],
+        }
+        samples = [{"question": r["prompt"][-1]["content"][:300], "gold": r["answer"],
+                    "completion": a[0]["text"][:500], **g}
+                   for r, a, g in list(zip(problems, answers, graded))[:self.options.samples]]
+        return Scores(per_problem=per_problem, rates=frozenset({"exact_match", "math_verify", "truncated_rate"}),
+                      decoding={"greedy": {"max_new_tokens": self.max_new_tokens(),
+                                           "chat_template_kwargs": self.chat_template_kwargs()}},
+                      throughput=throughput(len(problems), stats), samples=samples)

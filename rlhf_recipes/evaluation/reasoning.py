@@ -1,0 +1,108 @@
+"""Held-out evaluation on reasoning-gym tasks (policy gradients, SDPO): the book's task, problems it never trained on.
+
+The held-out split: the recipe's own composite (its `dataset_kwargs` tasks and configs) drawn with another
+seed, HELDOUT_SEED_OFFSET above the training seed (dataset_kwargs.seed, else the recipe's seed). Every
+held-out question is compared with the training questions (the recipe's `num_samples` entries) and a
+question that also appears there is skipped and another drawn; the count of skipped ones is in the result.
+Prompts are built by the data adapter itself (rlhf_recipes/data/reasoning_gym.build_rows: the same system
+prompt), rendered with the recipe's chat_template_kwargs, and scored by reasoning-gym's own score_answer on
+the text of the last <answer> tag (rewards/reasoning_tasks.py, the training reward's code path).
+
+Per problem, greedy: score (partial credit), exact (score == 1), format (all four tags), length (tokens);
+with k > 0, k completions sampled at the recipe's temperature / top_p / top_k / min_p: pass@k (unbiased
+estimator from the k samples) and pass@1_sampled (the share of the k that are exact).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
+from rlhf_recipes.evaluation.intervals import pass_at_k
+
+HELDOUT_SEED_OFFSET = 1_000_003  # held-out seed = training seed + this (a prime far from any seed a recipe sets)
+
+
+class ReasoningGymEvaluator(Evaluator):
+    kind = "reasoning-gym held-out problems, scored by the task's score_answer"
+    default_problems = 200
+
+    def build_data(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        from rlhf_recipes.data.reasoning_gym import build_rows, training_seed
+
+        recipe, n = self.recipe, self.num_problems()
+        seed = training_seed(recipe)
+        trained = {row[-1]["content"] for row in build_rows(recipe, recipe.args.num_samples or 0, seed)["prompt"]} \
+            if recipe.args.num_samples else set()
+        heldout_seed = seed + HELDOUT_SEED_OFFSET
+        size = n + max(8, n // 4)
+        while True:
+            rows = build_rows(recipe, size, heldout_seed)
+            kept, overlaps, seen = [], 0, set()
+            for row in rows:
+                question = row["prompt"][-1]["content"]
+                if question in trained or question in seen:  # a training prompt, or a repeat: draw another
+                    overlaps += question in trained
+                    continue
+                seen.add(question)
+                kept.append(row)
+                if len(kept) == n:
+                    break
+            if len(kept) == n or size >= 16 * (n + 8):
+                break
+            size *= 2
+        if not kept:
+            raise EvalError(f"{recipe.source}: every held-out problem drawn also appears in training; the task "
+                            "config has too few distinct questions for a held-out split")
+        assert not {r["prompt"][-1]["content"] for r in kept} & trained  # the held-out promise
+        data = {"source": "reasoning_gym", "tasks": (recipe.args.dataset_kwargs or {}).get("tasks"),
+                "split": "heldout", "seed": heldout_seed, "training_seed": seed,
+                "training_problems": recipe.args.num_samples, "problems": len(kept),
+                "overlaps_dropped": overlaps,
+                "construction": f"the recipe's composite drawn with seed {seed} + {HELDOUT_SEED_OFFSET}; questions "
+                                "that appear among the training questions skipped (and counted), others drawn"}
+        return kept, data
+
+    def max_new_tokens(self) -> int:
+        return self.options.max_new_tokens or getattr(self.recipe.training, "max_completion_length", None) or 256
+
+    def sampling(self) -> dict[str, Any]:
+        t = self.recipe.training
+        return {"temperature": getattr(t, "temperature", 1.0), "top_p": getattr(t, "top_p", 1.0),
+                "top_k": getattr(t, "top_k", None) or None, "min_p": getattr(t, "min_p", None) or None}
+
+    def score(self, model, tokenizer) -> Scores:
+        from rewards.reasoning_tasks import format_score, score_completion
+        from rlhf_recipes.evaluation.generation import generate, throughput
+
+        problems, _ = self.data()
+        o, kwargs = self.options, getattr(self.recipe.training, "chat_template_kwargs", None)
+        chats = [list(r["prompt"]) for r in problems]
+        stats: dict = {}
+        greedy = generate(model, tokenizer, chats, n=1, batch_size=o.batch_size, max_new_tokens=self.max_new_tokens(),
+                          chat_template_kwargs=kwargs, desc="greedy", seed=o.seed, stats=stats)
+        scores = [score_completion(g[0]["text"], r["rg_dataset"], r["rg_index"]) for g, r in zip(greedy, problems)]
+        per_problem = {
+            "exact_match": [float(s == 1.0) for s in scores],
+            "mean_score": scores,
+            "format_rate": [float(format_score(g[0]["text"]) == 1.0) for g in greedy],
+            "mean_length": [float(g[0]["tokens"]) for g in greedy],
+            "truncated_rate": [float(g[0]["truncated"]) for g in greedy],
+        }
+        rates = {"exact_match", "format_rate", "truncated_rate"}
+        decoding = {"greedy": {"max_new_tokens": self.max_new_tokens(), "chat_template_kwargs": kwargs}}
+        if o.k > 0:
+            sampled = generate(model, tokenizer, chats, n=o.k, batch_size=max(1, o.batch_size // o.k) or 1,
+                               max_new_tokens=self.max_new_tokens(), chat_template_kwargs=kwargs, desc=f"sample x{o.k}",
+                               seed=o.seed + 1, stats=stats, **self.sampling())
+            correct = [sum(score_completion(c["text"], r["rg_dataset"], r["rg_index"]) == 1.0 for c in group)
+                       for group, r in zip(sampled, problems)]
+            per_problem[f"pass@{o.k}"] = [pass_at_k(o.k, c, o.k) for c in correct]
+            per_problem["pass@1_sampled"] = [pass_at_k(o.k, c, 1) for c in correct]
+            decoding["sampled"] = {"samples_per_problem": o.k, **self.sampling()}
+        samples = [{"question": r["prompt"][-1]["content"][:300], "answer": r["answer"],
+                    "completion": g[0]["text"][:500], "score": s}
+                   for r, g, s in list(zip(problems, greedy, scores))[:o.samples]]
+        return Scores(per_problem=per_problem, rates=frozenset(rates), decoding=decoding,
+                      throughput=throughput(len(problems), stats), samples=samples)
+

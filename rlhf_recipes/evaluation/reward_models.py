@@ -1,0 +1,122 @@
+"""Held-out evaluation of reward models: the book's numbers (rlhf_recipes/families/reward_model.py) with intervals.
+
+Problems: the recipe's held-out split (eval_fraction, the rows the run held out; `--split all`: every row
+it reads). Per kind:
+  preference  per pair: accuracy (r_chosen > r_rejected; a tie is wrong, as the book counts it) and margin
+              r_chosen - r_rejected, so both get intervals over pairs;
+  outcome     top-1 and pairwise accuracy over a prompt's rollouts, and process: step accuracy: the book's
+              aggregate numbers (no per-problem interval).
+The result's `details` keeps the existing report: data statistics, every number, and the scored demo.
+The baseline is the starting model with the freshly initialised (seeded) head that training started from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
+
+
+class RewardModelEvaluator(Evaluator):
+    kind = "reward model on its held-out split"
+    default_problems = None
+
+    def build_data(self):
+        from datasets import concatenate_datasets
+
+        from rlhf_recipes.data import load_splits
+
+        train, evals = load_splits(self.recipe)
+        if self.options.split == "all":
+            rows = train if evals is None else concatenate_datasets([train, evals])
+            construction = "every row the recipe reads (--split all)"
+        elif evals is None:
+            raise EvalError(f"{self.recipe.source}: eval_fraction is 0, so there is no held-out split; use --split "
+                            "all (e.g. with --data_files held_out.jsonl) or set --eval_fraction")
+        else:
+            rows = evals
+            construction = f"the run's held-out split (eval_fraction {self.recipe.args.eval_fraction})"
+        if self.options.num_problems:
+            rows = rows.select(range(min(self.options.num_problems, len(rows))))
+        return rows, {"source": self.recipe.args.dataset_name or self.recipe.args.dataset, "split": self.options.split,
+                      "seed": self.recipe.args.dataset_shuffle_seed or 0, "problems": len(rows),
+                      "construction": construction}
+
+    def kind_of_recipe(self) -> str:
+        return type(self.recipe.training).rm_kind
+
+    def load(self, path: str):
+        from rewards.reward_model_scoring import load_reward_model
+        from rlhf_recipes.evaluation.loading import device_of, load_kwargs
+
+        try:
+            if self.options.quantize:
+                model, tokenizer, info = self._load_quantized(path, load_kwargs(self.recipe, self.options))
+            else:
+                model, tokenizer, info = load_reward_model(path, self.options.dtype)
+                model.to(device_of(self.options))
+        except ValueError as e:
+            raise EvalError(str(e)) from None
+        if info["kind"] != self.kind_of_recipe():
+            raise EvalError(f"{path} is a {info['kind']} reward model but {self.recipe.source} trains a "
+                            f"{self.kind_of_recipe()} one (algorithm {self.recipe.algorithm.name}); pass the recipe "
+                            "it was trained with")
+        model.reward_model_info = info
+        return model.eval(), tokenizer
+
+    def _load_quantized(self, path: str, kwargs: dict):
+        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification
+        from transformers import AutoTokenizer
+
+        from rewards.reward_model_files import resolve_reward_model_dir
+        from rewards.reward_model_scoring import infer_info
+
+        path = resolve_reward_model_dir(path)
+        config = AutoConfig.from_pretrained(path)
+        info = getattr(config, "reward_model", None) or infer_info(config)
+        cls = AutoModelForSequenceClassification if info["kind"] == "preference" else AutoModelForTokenClassification
+        model = cls.from_pretrained(path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        return model, tokenizer, info
+
+    def load_baseline(self, path: str):
+        """The starting model with the head training began from (the family's own seeded initialisation)."""
+        from rlhf_recipes.evaluation.loading import device_of
+        from rlhf_recipes.families.reward_model import reward_model_info
+        from rlhf_recipes.models import load_tokenizer
+        from rlhf_recipes.registry import family_of
+
+        tokenizer = load_tokenizer(self.recipe.model)
+        model = family_of(self.recipe.algorithm).load_model(self.recipe, tokenizer)
+        model.reward_model_info = reward_model_info(self.recipe)
+        return model.to(device_of(self.options)).eval(), tokenizer
+
+    def score(self, model, tokenizer) -> Scores:
+        from rewards.reward_model_scoring import sequence_rewards
+        from rlhf_recipes.families.reward_model import demo, evaluate, reward_model_info, tokenize_split
+
+        rows, data = self.data()
+        info = getattr(model, "reward_model_info", None) or reward_model_info(self.recipe)
+        dataset, stats = tokenize_split(self.recipe, tokenizer, rows, self.options.split)
+        details: dict[str, Any] = {"kind": info["kind"], "split": "all" if self.options.split == "all" else "eval",
+                                   "data": stats}
+        per_problem: dict[str, list[float]] = {}
+        fixed: dict[str, float] = {}
+        if info["kind"] == "preference":
+            chosen, rejected = list(dataset["chosen_ids"]), list(dataset["rejected_ids"])
+            rewards = sequence_rewards(model, chosen + rejected, tokenizer.pad_token_id, self.options.batch_size)
+            from custom_losses.reward_models.losses import preference_metrics
+
+            details["evaluation"] = preference_metrics(rewards[:len(chosen)], rewards[len(chosen):])
+            margins = [c - r for c, r in zip(rewards[:len(chosen)], rewards[len(chosen):])]
+            per_problem = {"accuracy": [float(m > 0) for m in margins], "margin": margins}
+        else:
+            details["evaluation"] = evaluate(info, model, tokenizer, dataset, self.options.batch_size)
+            fixed = {k: float(v) for k, v in details["evaluation"].items() if isinstance(v, (int, float))}
+        details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt)
+        return Scores(per_problem=per_problem, rates=frozenset({"accuracy"}), fixed=fixed, details=details,
+                      decoding={"scoring": "the reward model's head", "max_length": info.get("max_length")})
