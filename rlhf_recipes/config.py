@@ -108,6 +108,12 @@ class RecipeArgs:
         default=False,
         metadata={"help": "Stop the run at the first health warning (exploding loss, vanishing gradients)."},
     )
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "Run the family's held-out evaluation every N optimizer steps during training, on "
+                  "`eval_problems` problems, greedy, logged as eval/<metric> (0: off). See docs/tools.md#evaluate."},
+    )
+    eval_problems: int = field(default=32, metadata={"help": "Held-out problems each periodic evaluation scores."})
     wandb_project: str | None = field(default=None, metadata={"help": "wandb project when report_to includes wandb."})
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 

@@ -68,7 +68,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
 
 
 def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:
-    """curves.png: the loss and the algorithm's key metrics against the optimizer step."""
+    """curves.png: the loss, the algorithm's key metrics and any held-out eval/* metrics against the optimizer step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,6 +77,8 @@ def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> P
 
     rows = read_metrics(output_dir / "metrics.jsonl")
     names = ["loss", *[m for m in key_metrics if m != "loss"]]
+    # Held-out evaluation during training (eval_every): eval/<metric>, next to the training numbers.
+    names += sorted({k for r in rows for k in r if k.startswith("eval/") and k not in names})
     series = {}
     for name in names:
         points = [(r["step"], r[name]) for r in rows if isinstance(r.get(name), (int, float)) and math.isfinite(r[name])]

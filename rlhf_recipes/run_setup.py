@@ -35,6 +35,7 @@ HARMLESS_ON_RESUME = frozenset({
     "report_to", "wandb_project", "wandb_mode", "run_name", "disable_tqdm", "log_samples_every", "log_samples_count",
     "dataloader_num_workers", "per_device_eval_batch_size", "eval_steps", "stop_on_health_warning", "allow_changes",
     "resolved_from", "output_dir",  # a moved run folder resumes where it now is
+    "eval_every", "eval_problems",  # held-out evaluation restores the random state it uses (evaluation/callback.py)
 })
 
 

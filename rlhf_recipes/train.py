@@ -75,7 +75,14 @@ def build(recipe, folder):
     train, eval = load_splits(recipe)
     model = family.load_model(recipe, tokenizer)
     callbacks, interrupt, health = run_callbacks(recipe, folder)
+    from rlhf_recipes.evaluation.callback import periodic_evaluation
+
+    periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before training starts
+    if periodic is not None:
+        callbacks.append(periodic)
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)
+    if periodic is not None:
+        periodic.attach(trainer)
     return trainer, family, interrupt, health
 
 

@@ -60,6 +60,8 @@ RANGES: dict[str, Rule] = {
     "lam": (lambda v: 0 <= v <= 1, "a GAE lambda in [0, 1]"),
     "vf_coef": (lambda v: v >= 0, "a number >= 0"),
     "seed": (lambda v: v >= 0, "an integer >= 0"),
+    "eval_every": (lambda v: v >= 0, "a number of optimizer steps >= 0 (0 turns periodic evaluation off)"),
+    "eval_problems": (lambda v: v >= 1, "at least 1 held-out problem"),
 }
 
 

@@ -45,6 +45,7 @@ class LocalRun:
     algorithm: str | None
     history: pd.DataFrame  # index: trainer global_step; columns: metric names
     final_results: dict[str, Any] = field(default_factory=dict)
+    heldout: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval/<name>.json of `rlhf-recipes evaluate`
 
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values where `metric` was logged (rows that log other things dropped)."""
@@ -128,7 +129,21 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
         algorithm=run_algorithm(run_dir),
         history=read_metrics_jsonl(metrics),
         final_results=final_results,
+        heldout=read_heldout(run_dir),
     )
+
+
+def read_heldout(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The run's held-out evaluations (RUN_DIR/eval/<name>.json), by name; unreadable files skipped."""
+    out = {}
+    for path in sorted((run_dir / "eval").glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+            out[path.stem] = data
+    return out
 
 
 def load_runs(run_dirs: list[Path]) -> list[LocalRun]:

@@ -29,7 +29,7 @@ from rlhf_recipes.tools.compare.references import (
     lookup,
     published_algorithms,
 )
-from rlhf_recipes.tools.compare.table import local_table, reference_table, render_plain
+from rlhf_recipes.tools.compare.table import fmt, local_table, reference_table, render_plain
 from rlhf_recipes.tools.compare.verdict import (
     BAND_SIGMAS,
     WINDOW_FRACTION,
@@ -189,6 +189,8 @@ def compare_with_reference(
         f"band = {BAND_SIGMAS:g} x the reference's step-to-step noise there",
     ]
     notes.extend(aligned.notes)
+    for row in heldout_rows(runs):  # the book's runs publish no held-out numbers: ours are listed as notes
+        notes.append(f"held-out {row[0]}: " + ", ".join(f"{r.label} {v}" for r, v in zip(runs, row[1:])))
 
     comparisons: list[Comparison] = []
     panels: list[plot.Panel] = []
@@ -227,6 +229,7 @@ def compare_with_reference(
             "x_mapping": aligned.x_mapping,
         },
         "comparisons": [asdict(c) for c in comparisons],
+        "heldout": heldout_summary(runs),
     }
     _write_outputs(report, runs, summary, fraction)
     return report
@@ -251,7 +254,35 @@ def _local_patterns(runs: list[LocalRun]) -> list[str]:
             families.append(spec.family)
     if not families:  # no run says what it is: offer every family's key metrics
         families = list(FAMILIES)
-    return [p for family in families for p in family_named(family).compare_metrics]
+    # Held-out evaluation during training (eval_every) logs eval/<metric>: shown wherever a run has it.
+    return [p for family in families for p in family_named(family).compare_metrics] + ["eval/*"]
+
+
+def heldout_rows(runs: list[LocalRun]) -> list[list[str]]:
+    """One row per held-out metric of each run's eval/<name>.json: the value and its 95% interval per run."""
+    keys: list[tuple[str, str]] = []
+    for run in runs:
+        for name, result in run.heldout.items():
+            keys.extend((name, m) for m in result["metrics"] if (name, m) not in keys)
+    rows = []
+    for name, metric in keys:
+        cells = []
+        for run in runs:
+            result = run.heldout.get(name) or {}
+            value = (result.get("metrics") or {}).get(metric)
+            bound = (result.get("intervals") or {}).get(metric) or {}
+            cell = fmt(value) if isinstance(value, (int, float)) else "-"
+            if isinstance(bound.get("low"), (int, float)) and isinstance(bound.get("high"), (int, float)):
+                cell += f" [{fmt(bound['low'])}, {fmt(bound['high'])}]"
+            cells.append(cell)
+        rows.append([f"{name}: {metric}", *cells])
+    return rows
+
+
+def heldout_summary(runs: list[LocalRun]) -> dict[str, Any]:
+    return {r.label: {name: {"metrics": res.get("metrics"), "intervals": res.get("intervals"),
+                             "baseline": res.get("baseline"), "difference": res.get("difference")}
+                      for name, res in r.heldout.items()} for r in runs if r.heldout}
 
 
 def compare_local_runs(
@@ -285,6 +316,7 @@ def compare_local_runs(
     labels = [r.label for r in runs]
     title = " vs ".join(labels)
     headers, rows = local_table(selected, labels, means)
+    rows += heldout_rows(runs)
     report = CompareReport(
         title=title,
         headers=headers,
@@ -292,12 +324,15 @@ def compare_local_runs(
         figure=plot.draw(panels, out / FIGURE_NAME, title),
         table_file=out / TABLE_NAME,
         summary_file=out / SUMMARY_NAME,
-        notes=[f"table: each run's mean over the last {fraction:.0%} of its own logged steps"],
+        notes=[f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
+        + (["rows `<name>: <metric>`: the run's held-out evaluation (RUN_DIR/eval/<name>.json) with its 95% "
+            "interval"] if any(r.heldout for r in runs) else []),
         local_means=means,
     )
     summary = {
         "mode": "local",
         "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected},
+        "heldout": heldout_summary(runs),
     }
     _write_outputs(report, runs, summary, fraction)
     return report
