@@ -88,6 +88,10 @@ class Gsm8kEvaluator(Evaluator):
             return {"enable_thinking": t.enable_thinking}
         return getattr(t, "chat_template_kwargs", None)
 
+    def prompts(self):
+        problems, _ = self.data()
+        return [list(r["prompt"]) for r in problems], self.chat_template_kwargs(), self.max_new_tokens()
+
     def score(self, model, tokenizer) -> Scores:
         from rlhf_recipes.evaluation.generation import generate, throughput
 

@@ -8,7 +8,6 @@ int4 is NF4 with float32 compute on CPU, bfloat16 on a GPU), so the same command
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
 
 from rlhf_recipes.evaluation.base import QUANTIZE, EvalError, EvalOptions
@@ -36,6 +35,8 @@ def quantization_config(quantize: str | None):
     from transformers import BitsAndBytesConfig
 
     if quantize == "int8":
+        # Said on every forward of every layer on CPU (activations cast to float16): once in the docs is enough.
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
@@ -75,9 +76,7 @@ def load_causal_lm(path: str, recipe, options: EvalOptions):
 
     path = resolve_model_path(path)
     kwargs = load_kwargs(recipe, options)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*MatMul8bitLt.*")
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if "quantization_config" not in kwargs:
         model.to(device_of(options))
     return model.eval(), tokenizer_for(path, recipe)

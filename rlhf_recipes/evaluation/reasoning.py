@@ -71,6 +71,11 @@ class ReasoningGymEvaluator(Evaluator):
         return {"temperature": getattr(t, "temperature", 1.0), "top_p": getattr(t, "top_p", 1.0),
                 "top_k": getattr(t, "top_k", None) or None, "min_p": getattr(t, "min_p", None) or None}
 
+    def prompts(self):
+        problems, _ = self.data()
+        return ([list(r["prompt"]) for r in problems], getattr(self.recipe.training, "chat_template_kwargs", None),
+                self.max_new_tokens())
+
     def score(self, model, tokenizer) -> Scores:
         from rewards.reasoning_tasks import format_score, score_completion
         from rlhf_recipes.evaluation.generation import generate, throughput
