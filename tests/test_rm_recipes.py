@@ -74,10 +74,12 @@ def test_evaluate_rm_command_reproduces_the_final_evaluation(runs, capsys):
     assert rlhf_recipes(["evaluate", str(out), "--batch_size", "3"]) == 0
     printed = capsys.readouterr().out
     assert "accuracy" in printed and "margin" in printed and "demo: written" in printed
-    saved = json.loads((out / "eval_results.json").read_text())
-    assert saved["kind"] == "preference" and saved["split"] == "eval"
+    saved = json.loads((out / "eval" / "heldout.json").read_text())
+    details = saved["details"]
+    assert details["kind"] == "preference" and details["split"] == "eval"
     for key in ("accuracy", "margin", "num_pairs"):
-        assert saved["evaluation"][key] == pytest.approx(results["evaluation"][key], abs=1e-5)
+        assert details["evaluation"][key] == pytest.approx(results["evaluation"][key], abs=1e-5)
+    assert saved["metrics"]["accuracy"] == pytest.approx(results["evaluation"]["accuracy"], abs=1e-5)
     # The wrong recipe for this model is refused with a clear message.
     assert rlhf_recipes(["evaluate", str(out), "--recipe", str(RECIPES / "prm.yaml"), "--profile", "tiny"]) == 2
     assert "is a preference reward model" in capsys.readouterr().err

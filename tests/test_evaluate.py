@@ -1,0 +1,273 @@
+"""Held-out evaluation (rlhf-recipes evaluate, rlhf_recipes/evaluation/): every family end to end on tiny runs,
+the held-out promise, reproducibility, interval coverage, periodic evaluation, quantization, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import RECIPES, read_metrics, run_recipe
+from rlhf_recipes.evaluation import intervals
+
+CONTRACT = ("name", "algorithm", "family", "model", "baseline_model", "metrics", "baseline", "difference", "intervals",
+            "settings", "data", "throughput", "versions", "created")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Tiny runs shared by the tests below, each trained once (GRPO with periodic evaluation on)."""
+    root = tmp_path_factory.mktemp("evaluate")
+    extra = {"grpo": ("--eval_every", "2", "--eval_problems", "4")}
+    cache: dict[str, object] = {}
+
+    def get(recipe: str):
+        if recipe not in cache:
+            out = root / recipe
+            run_recipe(f"{recipe}.yaml", out, *extra.get(recipe, ()))
+            cache[recipe] = out
+        return cache[recipe]
+
+    return get
+
+
+def evaluate(*argv: str) -> int:
+    from rlhf_recipes.tools.cli import main
+
+    return main(["evaluate", *map(str, argv)])
+
+
+def saved(run, name: str = "heldout") -> dict:
+    return json.loads((run / "eval" / f"{name}.json").read_text())
+
+
+def _check_contract(result: dict, baseline: bool) -> None:
+    for key in CONTRACT:
+        assert key in result, key
+    assert set(result["intervals"]) <= set(result["metrics"])
+    for metric, bound in result["intervals"].items():
+        value = result["metrics"][metric]
+        assert bound["method"] and bound["low"] <= value + 1e-9 and value <= bound["high"] + 1e-9, (metric, bound)
+    assert result["versions"]["torch"] and result["versions"]["transformers"] and result["versions"]["trl"]
+    assert result["throughput"]["problems_per_s"] > 0
+    if baseline:
+        assert result["baseline_model"] == "tiny" and set(result["difference"]) >= set(result["intervals"])
+        for metric, d in result["difference"].items():
+            if d["low"] is not None:
+                assert d["low"] <= d["value"] + 1e-9 <= d["high"] + 2e-9, (metric, d)
+    else:
+        assert result["baseline"] is None and result["difference"] is None
+
+
+# --- policy gradients on reasoning-gym ---------------------------------------------------------
+
+
+def test_reasoning_heldout_shares_no_prompt_with_training():
+    """A task with few distinct questions (3-letter words): overlaps are certain, counted and dropped."""
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.evaluation import EvalOptions, evaluator_for
+
+    tasks = '{"tasks": [{"name": "spell_backward", "config": {"min_word_len": 3, "max_word_len": 3}}]}'
+    recipe = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "tiny", "--num_samples", "200",
+                          "--dataset_kwargs", tasks])
+    problems, data = evaluator_for(recipe, EvalOptions(num_problems=40)).data()
+    trained = {row["prompt"][-1]["content"] for row in load_splits(recipe)[0]}
+    heldout = [row["prompt"][-1]["content"] for row in problems]
+    assert len(heldout) == data["problems"] == 40 and len(set(heldout)) == 40
+    assert not set(heldout) & trained
+    assert data["overlaps_dropped"] > 0 and data["seed"] != data["training_seed"]
+    assert problems[0]["prompt"][0]["role"] == "system"  # the adapter's own prompt: the training system prompt
+
+
+def test_grpo_before_after_end_to_end(runs, capsys):
+    run = runs("grpo")
+    assert evaluate(run, "--baseline", "--k", "2", "--num_problems", "6") == 0
+    printed = capsys.readouterr().out
+    assert "before" in printed and "difference" in printed and "problems/s" in printed
+    result = saved(run)
+    _check_contract(result, baseline=True)
+    assert result["family"] == "policy_gradient" and result["data"]["problems"] == 6
+    assert {"exact_match", "mean_score", "format_rate", "mean_length", "pass@2", "pass@1_sampled"} <= set(
+        result["metrics"])
+    assert result["intervals"]["exact_match"]["method"] == "wilson"
+    assert result["intervals"]["mean_score"]["method"].startswith("bootstrap")
+    sampled = result["settings"]["decoding"]["sampled"]
+    assert sampled["temperature"] == 0.6 and sampled["top_p"] == 0.95 and sampled["samples_per_problem"] == 2
+    assert result["settings"]["decoding"]["greedy"]["chat_template_kwargs"] == {"enable_thinking": True}
+    assert 0 < result["metrics"]["mean_length"] <= 16  # the tiny recipe's max_completion_length
+
+
+def test_same_seed_gives_the_same_numbers(runs, tmp_path):
+    run = runs("grpo")
+    results = []
+    for name in ("first", "second"):
+        assert evaluate(run, "--k", "2", "--num_problems", "4", "--seed", "3", "--output", tmp_path / f"{name}.json") == 0
+        results.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    for key in ("metrics", "intervals", "data", "samples"):
+        assert results[0][key] == results[1][key], key
+
+
+def test_periodic_evaluation_logs_eval_metrics(runs):
+    rows = read_metrics(runs("grpo"))
+    evals = [r for r in rows if "eval/exact_match" in r]
+    assert [r["step"] for r in evals] == [2, 4]  # eval_every 2 over the tiny profile's 4 steps
+    assert all(0 <= r["eval/format_rate"] <= 1 and r["eval/mean_length"] > 0 for r in evals)
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]  # no training row lost to the eval rows
+
+
+def test_quantized_policy_reports_kl_to_the_unquantized_one(runs):
+    run = runs("grpo")
+    assert evaluate(run, "--quantize", "int4", "--num_problems", "4", "--name", "int4") == 0
+    result = saved(run, "int4")
+    assert result["comparison"] == "quantization" and result["baseline_model"].endswith("(unquantized)")
+    assert result["settings"]["quantize"] == "int4"
+    assert result["metrics"]["kl_tokens"] > 0 and 0 < result["metrics"]["kl_per_token"] < 1
+
+
+def test_sdpo_evaluates_the_same_task(tmp_path):
+    """A model path with --recipe (here the untrained tiny model): no run folder needed."""
+    out = tmp_path / "sdpo.json"
+    assert evaluate("tiny", "--recipe", RECIPES / "sdpo.yaml", "--profile", "tiny", "--num_problems", "3",
+                    "--output", out) == 0
+    result = json.loads(out.read_text())
+    _check_contract(result, baseline=False)
+    assert result["family"] == "self_distillation" and result["model"] == "tiny"
+
+
+# --- the other families ------------------------------------------------------------------------
+
+
+def test_direct_alignment_implicit_reward_and_judged_win_rate(runs):
+    dpo, rm = runs("dpo"), runs("preference_rm")
+    assert evaluate(dpo, "--baseline", "--judge", f"rm:{rm}", "--max_new_tokens", "8") == 0
+    result = saved(dpo)
+    _check_contract(result, baseline=True)
+    assert result["data"]["split"] == "after_training_rows" and result["data"]["problems"] > 0
+    # The reference against itself: every implicit reward is 0, a tie, which counts 1/2.
+    assert result["baseline"]["implicit_accuracy"] == 0.5 and result["baseline"]["implicit_margin"] == 0
+    assert result["baseline"]["win_rate"] == 0.5  # the reference's greedy completions against themselves
+    assert 0 <= result["metrics"]["win_rate"] <= 1
+    assert result["settings"]["decoding"]["judge"]["reward_model"] == f"rm:{rm}"
+
+
+def test_sft_heldout_loss_and_perplexity(runs):
+    run = runs("sft")
+    assert evaluate(run, "--baseline", "--max_new_tokens", "8") == 0
+    result = saved(run)
+    _check_contract(result, baseline=True)
+    assert result["data"]["split"] == "test"  # no_robots' own test split (its fixture in the tiny profile)
+    m = result["metrics"]
+    assert m["perplexity"] == pytest.approx(math.exp(m["loss"]), rel=1e-6)
+    assert result["intervals"]["perplexity"]["low"] <= m["perplexity"] <= result["intervals"]["perplexity"]["high"]
+    assert m["loss"] != result["baseline"]["loss"]  # four steps moved the held-out loss, a little
+    assert result["samples"] and "completion" in result["samples"][0]
+
+
+def test_reward_model_baseline_and_int8(runs):
+    run = runs("preference_rm")
+    final = json.loads((run / "final_results.json").read_text())
+    assert evaluate(run, "--baseline") == 0
+    result = saved(run)
+    _check_contract(result, baseline=True)
+    assert result["metrics"]["accuracy"] == pytest.approx(final["evaluation"]["accuracy"], abs=1e-6)
+    assert result["baseline"]["margin"] != result["metrics"]["margin"]  # the untrained head scores differently
+    assert evaluate(run, "--quantize", "int8", "--name", "int8") == 0
+    quantized = saved(run, "int8")
+    assert quantized["baseline"]["accuracy"] == pytest.approx(result["metrics"]["accuracy"])  # unquantized = trained
+    assert "accuracy" in quantized["difference"]
+
+
+def test_rejection_sampling_gsm8k_matches_its_stage_six(runs):
+    run = runs("rejection_sampling_top_per_prompt")
+    final = json.loads((run / "final_results.json").read_text())
+    assert evaluate(run, "--baseline") == 0
+    result = saved(run)
+    _check_contract(result, baseline=True)
+    assert result["data"]["split"] == "test" and result["data"]["problems"] == final["eval_questions"]
+    assert result["metrics"]["exact_match"] == pytest.approx(final["test_accuracy"])  # the same greedy grading
+    assert result["baseline"]["exact_match"] == pytest.approx(final["base_test_accuracy"])
+    assert result["intervals"]["math_verify"]["method"] == "wilson"
+
+
+def test_compare_lists_heldout_results(runs, tmp_path):
+    from rlhf_recipes.tools.compare.report import compare_local_runs
+
+    run = runs("grpo")
+    if not (run / "eval" / "heldout.json").exists():
+        assert evaluate(run, "--num_problems", "4") == 0
+    report = compare_local_runs([run], out_dir=tmp_path)
+    names = [row[0] for row in report.rows]
+    assert "heldout: exact_match" in names and "eval/exact_match" in names
+    summary = json.loads((tmp_path / "compare.json").read_text())
+    assert "exact_match" in summary["heldout"][run.name]["heldout"]["metrics"]
+
+
+# --- intervals -------------------------------------------------------------------------------
+
+
+def test_wilson_covers_a_known_rate_near_nominal():
+    rng = np.random.default_rng(0)
+    for rate, n in ((0.1, 40), (0.5, 25), (0.9, 60)):
+        hits = 0
+        for successes in rng.binomial(n, rate, size=2000):
+            low, high = intervals.wilson(int(successes), n)
+            hits += low <= rate <= high
+        assert 0.92 <= hits / 2000 <= 0.98, (rate, n, hits / 2000)
+
+
+def test_bootstrap_covers_a_known_mean_near_nominal():
+    """A scorer with a known mean (partial scores ~ Beta(2, 3): mean 0.4), problems drawn afresh each time."""
+    rng = np.random.default_rng(1)
+    hits = paired_hits = 0
+    reps = 300
+    for rep in range(reps):
+        scores = rng.beta(2, 3, size=60)
+        low, high = intervals.bootstrap(scores, seed=rep, draws=1000)
+        hits += low <= 0.4 <= high
+        # paired: after = before + 0.1 + noise on the same problems; the difference's truth is 0.1
+        after = scores + 0.1 + rng.normal(0, 0.05, size=60)
+        _, low, high = intervals.paired_bootstrap(after, scores, seed=rep, draws=1000)
+        paired_hits += low <= 0.1 <= high
+    assert 0.89 <= hits / reps <= 0.99 and 0.89 <= paired_hits / reps <= 0.99, (hits / reps, paired_hits / reps)
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from itertools import combinations
+
+    for n, c, k in ((5, 2, 2), (6, 1, 3), (4, 0, 2), (4, 4, 1)):
+        outcomes = [1] * c + [0] * (n - c)
+        subsets = list(combinations(outcomes, k))
+        assert intervals.pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+# --- bad input: one line, exit 2, before any model loads ------------------------------------------
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/nonexistent/run"], "no such run folder"),
+    (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny", "--judge", "rm:x", "--output", "x.json"],
+     "--judge"),
+    (["tiny", "--recipe", RECIPES / "dpo.yaml", "--profile", "tiny", "--judge", "rm:/nonexistent",
+      "--output", "x.json"], "--judge"),
+    (["tiny", "--recipe", RECIPES / "dpo.yaml", "--profile", "tiny", "--judge", "outputs/rm", "--output", "x.json"],
+     "expected rm:PATH"),
+    (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny", "--baseline", "--quantize", "int8"],
+     "--quantize"),
+    (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny", "--k", "-1"], "--k"),
+    (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny"], "--output"),
+    (["tiny", "--recipe", RECIPES / "hh_grpo.yaml", "--profile", "tiny", "--output", "x.json"],
+     "no held-out evaluation"),
+])
+def test_bad_input_is_one_line(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert evaluate(*argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_eval_every_is_range_checked(tmp_path, capsys):
+    run_recipe("grpo.yaml", tmp_path / "bad", "--eval_every", "-1", expect=2)
+    assert "`eval_every` must be" in capsys.readouterr().err
