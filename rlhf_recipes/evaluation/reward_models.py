@@ -90,10 +90,29 @@ class RewardModelEvaluator(Evaluator):
         from rlhf_recipes.models import load_tokenizer
         from rlhf_recipes.registry import family_of
 
+        from transformers.utils import logging as hf_logging
+
         tokenizer = load_tokenizer(self.recipe.model)
-        model = family_of(self.recipe.algorithm).load_model(self.recipe, tokenizer)
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the new head is missing from the starting model's files, by design
+        try:
+            model = family_of(self.recipe.algorithm).load_model(self.recipe, tokenizer)
+        finally:
+            hf_logging.set_verbosity(verbosity)
         model.reward_model_info = reward_model_info(self.recipe)
         return model.to(device_of(self.options)).eval(), tokenizer
+
+    def _step_hits(self, model, tokenizer, dataset) -> list[float]:
+        """1 where the argmax of bad/neutral/good at a labelled step is its label (the book's step accuracy)."""
+        from rewards.reward_model_scoring import step_probabilities
+
+        labels = list(dataset["labels"])
+        positions = [[i for i, y in enumerate(lab) if y != -100] for lab in labels]
+        probs = step_probabilities(model, list(dataset["input_ids"]), positions, tokenizer.pad_token_id,
+                                   self.options.batch_size)
+        predicted = [max(range(3), key=p.__getitem__) for row in probs for p in row]
+        truth = [lab[i] for lab, pos in zip(labels, positions) for i in pos]
+        return [float(a == b) for a, b in zip(predicted, truth)]
 
     def score(self, model, tokenizer) -> Scores:
         from rewards.reward_model_scoring import sequence_rewards
@@ -117,6 +136,10 @@ class RewardModelEvaluator(Evaluator):
         else:
             details["evaluation"] = evaluate(info, model, tokenizer, dataset, self.options.batch_size)
             fixed = {k: float(v) for k, v in details["evaluation"].items() if isinstance(v, (int, float))}
+            if info["kind"] == "process":  # step accuracy per labelled step, so it gets a Wilson interval
+                per_problem = {"step_accuracy": self._step_hits(model, tokenizer, dataset)}
+                fixed.pop("step_accuracy", None)
         details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt)
-        return Scores(per_problem=per_problem, rates=frozenset({"accuracy"}), fixed=fixed, details=details,
+        return Scores(per_problem=per_problem, rates=frozenset({"accuracy", "step_accuracy"}), fixed=fixed,
+                      details=details,
                       decoding={"scoring": "the reward model's head", "max_length": info.get("max_length")})
