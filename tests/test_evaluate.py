@@ -137,6 +137,15 @@ def test_sdpo_evaluates_the_same_task(tmp_path):
     assert result["family"] == "self_distillation" and result["model"] == "tiny"
 
 
+def test_data_files_given_are_evaluated_as_they_are(tmp_path):
+    """--data_files on the command line: the user's own held-out rows, every one, said so in the result."""
+    out, rows = tmp_path / "sft.json", RECIPES.parent / "rlhf_recipes" / "data" / "fixtures" / "no_robots" / "test.jsonl"
+    assert evaluate("tiny", "--recipe", RECIPES / "sft.yaml", "--profile", "tiny", "--data_files", rows,
+                    "--max_new_tokens", "4", "--output", out) == 0
+    data = json.loads(out.read_text())["data"]
+    assert data["split"] == "data_files" and data["problems"] == 6 and str(rows) in data["construction"]
+
+
 # --- the other families ------------------------------------------------------------------------
 
 

@@ -40,8 +40,13 @@ class PeriodicEvaluation(TrainerCallback):
         import torch
 
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=devices):  # training's random stream is left as it was
-            scores = self.evaluator.score(model, processing_class or self.trainer.processing_class)
+        was_training = model.training
+        model.eval()  # no dropout in the held-out numbers
+        try:
+            with torch.random.fork_rng(devices=devices):  # training's random stream is left as it was
+                scores = self.evaluator.score(model, processing_class or self.trainer.processing_class)
+        finally:
+            model.train(was_training)
         metrics, _ = summarize(scores, self.evaluator.options.seed)
         logs = {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
         logger.info("step %d held-out: %s", state.global_step, ", ".join(f"{k} {v:.4g}" for k, v in logs.items()))

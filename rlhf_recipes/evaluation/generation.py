@@ -88,14 +88,16 @@ def chat_ids(tokenizer, prompt: list[dict], completion: list[dict],
 
 
 def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-                        batch_size: int, max_length: int | None = None) -> list[tuple[float, int]]:
+                        batch_size: int, max_length: int | None = None, desc: str = "log-probs") -> list[tuple[float, int]]:
     """(sum of log-probs, number of tokens) of each completion given its prompt (prompts cut on the left to
     fit max_length, then completions on the right)."""
     import torch
+    from tqdm.auto import tqdm
 
     device = next(model.parameters()).device
     out: list[tuple[float, int]] = []
-    for start in range(0, len(prompt_ids), batch_size):
+    for start in tqdm(range(0, len(prompt_ids), batch_size), desc=desc, unit="batch",
+                      disable=int(os.environ.get("RANK", "0")) != 0):
         pairs = []
         for p, c in zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]):
             if max_length is not None and len(p) + len(c) > max_length:

@@ -28,8 +28,8 @@ def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[
 
     args, source = recipe.args, SOURCES[recipe.args.dataset]
     if recipe.origin.get("data_files") == "command line":  # the user's own held-out file, as it is
-        train, _ = load_splits(recipe)
-        rows = train.to_list()[:count]
+        train, evals = load_splits(recipe)
+        rows = [*train.to_list(), *(evals.to_list() if evals is not None else [])][:count]
         return rows, {"source": args.data_files, "split": "data_files", "seed": None, "problems": len(rows),
                       "overlaps_dropped": None, "construction": f"every row of {args.data_files} (--data_files; "
                       "not checked against the training rows)"}

@@ -64,7 +64,7 @@ class PreferenceEvaluator(Evaluator):
         for side in ("chosen", "rejected"):
             pairs = [chat_ids(tokenizer, list(r["prompt"]), list(r[side])) for r in problems]
             out[side] = completion_logprobs(model, [p for p, _ in pairs], [c for _, c in pairs],
-                                            tokenizer.pad_token_id, self.options.batch_size, max_length)
+                                            tokenizer.pad_token_id, self.options.batch_size, max_length, desc=side)
         return out
 
     def score(self, model, tokenizer) -> Scores:

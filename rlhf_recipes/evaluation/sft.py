@@ -38,6 +38,7 @@ class SftEvaluator(Evaluator):
 
     def score(self, model, tokenizer) -> Scores:
         import torch
+        from tqdm.auto import tqdm
 
         from rlhf_recipes.evaluation.generation import chat_ids, generate, throughput
 
@@ -45,7 +46,7 @@ class SftEvaluator(Evaluator):
         max_length = getattr(self.recipe.training, "max_length", None)
         nll, tokens, correct = [], [], []
         device = next(model.parameters()).device
-        for row in problems:
+        for row in tqdm(problems, desc="held-out loss", unit="conversation"):
             prompt, completion = chat_ids(tokenizer, list(row["prompt"]), list(row["completion"]))
             ids = (prompt + completion)[:max_length] if max_length else prompt + completion
             n = len(ids) - len(prompt)
