@@ -47,10 +47,10 @@ def _timed_score(evaluator: Evaluator, model, tokenizer) -> Scores:
     return scores
 
 
-def _free(*objects) -> None:
+def _free() -> None:
+    """Give back the memory of models the caller has just dropped (one model at a time on the device)."""
     import torch
 
-    del objects
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -92,8 +92,8 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         before_path = recipe.model.model_name_or_path
         base_model, base_tokenizer = evaluator.load_baseline(before_path)
         before = _timed_score(evaluator, base_model, base_tokenizer)
-        _free(base_model)
-        base_model = None
+        del base_model, base_tokenizer
+        _free()
     model, tokenizer = evaluator.load(model_path)
     after = _timed_score(evaluator, model, tokenizer)
     if comparison == "quantization":
@@ -101,7 +101,8 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         if kl is not None:
             after.fixed.update(kl)
             before.fixed.update({k: 0.0 for k in kl if k.startswith("kl_per")})
-        _free(full_model)
+        del full_model
+        _free()
 
     metrics, bounds = summarize(after, options.seed)
     result: dict[str, Any] = {
