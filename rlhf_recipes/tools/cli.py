@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command `{name}`.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module, _, function = command.target.partition(":")
+    from rlhf_recipes.quiet import quiet_known_noise
+
+    quiet_known_noise()  # every tool loads models too: the same known, harmless lines stay silent
     sys.argv = [f"rlhf-recipes {name}", *rest]  # argparse names the subcommand in its usage line
     return getattr(importlib.import_module(module), function)(rest) or 0
 
