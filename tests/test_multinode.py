@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import launch_machines, read_metrics, run_recipe
+from conftest import ROOT, launch_machines, read_metrics, run_recipe
 from rlhf_recipes.config import load_recipe
 
 CONFIG = "multinode_2machines.yaml"
@@ -25,12 +28,44 @@ def _results(out):
     return json.loads((out / "final_results.json").read_text())
 
 
+# Stand-ins for SLURM's commands, so that the batch script itself runs: `srun` starts its command once per
+# node at once, with that node's SLURM_NODEID; `scontrol show hostnames` names this host.
+FAKE_SRUN = """#!/bin/bash
+while [[ "$1" == --* ]]; do shift; done
+pids=()
+for ((node = 0; node < SLURM_NNODES; node++)); do SLURM_NODEID=$node "$@" & pids+=($!); done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
+"""
+FAKE_SCONTROL = "#!/bin/bash\necho 127.0.0.1\n"
+
+
+def sbatch_locally(tmp_path, out, *recipe_args: str) -> subprocess.CompletedProcess:
+    """accelerate_configs/slurm/multinode.sbatch on two "nodes" of this machine (CPU config, one process each)."""
+    bin_dir = tmp_path / "fake-slurm"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    path = f"{bin_dir}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}"  # the venv's `accelerate`
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": path, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2",
+           "SLURM_GPUS_ON_NODE": "1", "ACCELERATE_CONFIG": f"accelerate_configs/cpu/{CONFIG}",
+           "MASTER_PORT": str(29500 + (os.getpid() + 700) % 1000)}
+    cmd = ["bash", "accelerate_configs/slurm/multinode.sbatch", *recipe_args, "--output_dir", str(out)]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{' '.join(cmd)}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result
+
+
 @pytest.mark.multiprocess
-def test_dpo_on_two_machines_is_the_one_process_run(tmp_path):
-    """Same effective batch, accumulation halved, and the same losses step by step as one process."""
+def test_dpo_on_two_slurm_nodes_is_the_one_process_run(tmp_path):
+    """The SLURM script's launch (machine_rank from SLURM_NODEID, the master from the node list): the same
+    effective batch, accumulation halved, and the same losses step by step as one process."""
     single = run_recipe("dpo.yaml", tmp_path / "one", *SAME_RUN)
     out = tmp_path / "two_machines"
-    launch_machines(CONFIG, "dpo.yaml", out, *SAME_RUN)
+    result = sbatch_locally(tmp_path, out, "recipes/dpo.yaml", "--profile", "tiny", *SAME_RUN)
+    assert "master 127.0.0.1" in result.stdout and "2 nodes x 1 GPUs" in result.stdout
     double = _results(out)
     assert single["world_size"] == 1 and double["world_size"] == 2, "the two machines did not form one world"
     assert single["effective_batch_size"] == double["effective_batch_size"] == 4

@@ -31,7 +31,8 @@ SIGNAL = ["--reward_funcs", "[low_token_fraction]", "--reward_weights", "[1.0]",
 
 def rollouts(out):
     con = sqlite3.connect(out / "rollouts.sqlite")
-    return con.execute("SELECT step, prompt, completion, reward, advantage, length FROM rollouts ORDER BY id").fetchall()
+    query = "SELECT step, prompt, completion, reward, advantage, length FROM rollouts ORDER BY id"
+    return con.execute(query).fetchall()
 
 
 def losses(out):

@@ -93,7 +93,8 @@ def apply(args) -> None:
     if chosen.name != "static_cache" and args.cache_implementation == "static":
         raise ValueError(f"cache_implementation 'static' is rollout_backend 'static_cache'; with rollout_backend "
                          f"{chosen.name!r} remove cache_implementation")
-    unsupported = [f"{o} {getattr(args, o)!r}" for o in chosen.unsupported_sampling if not _neutral(o, getattr(args, o))]
+    unsupported = [f"{o} {getattr(args, o)!r}" for o in chosen.unsupported_sampling
+                   if not _neutral(o, getattr(args, o))]
     for option in chosen.unsupported_sampling:  # generation_kwargs may carry them too
         if option in (args.generation_kwargs or {}) and not _neutral(option, args.generation_kwargs[option]):
             unsupported.append(f"generation_kwargs.{option}")
