@@ -201,3 +201,20 @@ def test_vllm_colocate_run_matches_rewards(tmp_path):
     rewards.register(low_token_fraction, replace=True)
     results = run_recipe("grpo.yaml", tmp_path / "vllm", *SIGNAL, "--rollout_backend", "vllm_colocate")
     assert results["steps"] == 4
+
+
+def test_bench_ratios_compare_each_backend_with_hf_of_the_same_configuration():
+    from rlhf_recipes.tools.bench.families import _add_backend_ratios
+
+    def row(algorithm, lora, backend, gen, step, peak):
+        return {"algorithm": algorithm, "model": "m", "lora": lora, "attention": "sdpa", "rollout_backend": backend,
+                "generated_tokens_per_s": gen, "step_s": step, "peak_allocated_gib": peak}
+
+    rows = [row("grpo", False, "hf", 100.0, 8.0, 10.0), row("grpo", True, "hf", 50.0, 12.0, 5.0),
+            row("grpo", False, "static_cache", 300.0, 4.0, 11.0), row("grpo", True, "vllm_colocate", 400.0, 3.0, 20.0),
+            {"algorithm": "dpo", "model": "m", "lora": False, "attention": "sdpa", "rollout_backend": None,
+             "generated_tokens_per_s": None, "step_s": 1.0, "peak_allocated_gib": 3.0}]
+    _add_backend_ratios(rows)
+    assert (rows[2]["generation_vs_hf"], rows[2]["step_speedup_vs_hf"], rows[2]["peak_vs_hf"]) == (3.0, 2.0, 1.1)
+    assert (rows[3]["generation_vs_hf"], rows[3]["step_speedup_vs_hf"], rows[3]["peak_vs_hf"]) == (8.0, 4.0, 4.0)
+    assert rows[0]["generation_vs_hf"] == 1.0 and "generation_vs_hf" not in rows[4]
