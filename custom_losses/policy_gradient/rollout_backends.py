@@ -30,8 +30,8 @@ TRL_DEFAULTS: dict[str, Any] = {
     "use_transformers_continuous_batching": False,
 }
 
-# Sampling settings of a recipe: (option, the value at which it does nothing).
-SAMPLING_NEUTRAL: dict[str, Any] = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+# Sampling settings some backend cannot apply -> the value at which the setting does nothing.
+SAMPLING_NEUTRAL: dict[str, Any] = {"min_p": 0.0, "repetition_penalty": 1.0}
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,7 @@ def backend(name: str) -> RolloutBackend:
 
 
 def _neutral(option: str, value: Any) -> bool:
-    neutral = SAMPLING_NEUTRAL[option]
-    return value is None or value == neutral or (option == "min_p" and value == 0.0)
+    return value is None or value == SAMPLING_NEUTRAL[option]
 
 
 def apply(args) -> None:
@@ -90,7 +89,7 @@ def apply(args) -> None:
         if current != value and current != default:
             raise ValueError(f"{option} {current!r} contradicts rollout_backend {chosen.name!r}: choose the engine "
                              f"with rollout_backend alone (one of {tuple(BACKENDS)}) and remove {option}")
-    if chosen.name != "static_cache" and args.cache_implementation == "static":
+    if chosen.trl_options.get("cache_implementation") != "static" and args.cache_implementation == "static":
         raise ValueError(f"cache_implementation 'static' is rollout_backend 'static_cache'; with rollout_backend "
                          f"{chosen.name!r} remove cache_implementation")
     unsupported = [f"{o} {getattr(args, o)!r}" for o in chosen.unsupported_sampling
