@@ -23,6 +23,7 @@ import rewards
 from conftest import low_token_fraction, read_metrics, run_recipe
 from custom_losses.policy_gradient import rollout_backends
 from rlhf_recipes.config import RecipeError, load_recipe
+from rlhf_recipes.registry import ALGORITHMS
 
 # A reward a random tiny model already varies on (about half its tokens have a low id), so that
 # advantages and losses are not all zero; temperature 1 so that the sampled and scored distributions agree.
@@ -130,10 +131,13 @@ def test_continuous_batching_engine_generates_what_generate_does():
 # --- options and errors, for every backend (no generation) ----------------------------------
 
 
-@pytest.mark.parametrize("recipe", ["grpo.yaml", "ppo.yaml"])
+POLICY_GRADIENT = sorted(n for n, a in ALGORITHMS.items() if a.family == "policy_gradient")  # PPO included
+
+
+@pytest.mark.parametrize("algorithm", POLICY_GRADIENT)
 @pytest.mark.parametrize("name", sorted(rollout_backends.BACKENDS))
-def test_backend_sets_trl_options(recipe, name, tmp_path):
-    training = load_recipe([f"recipes/{recipe}", "--profile", "tiny", "--output_dir", str(tmp_path),
+def test_backend_sets_trl_options(algorithm, name, tmp_path):
+    training = load_recipe([f"recipes/{algorithm}.yaml", "--profile", "tiny", "--output_dir", str(tmp_path),
                             "--rollout_backend", name]).training
     chosen = rollout_backends.BACKENDS[name]
     for option, value in chosen.trl_options.items():
@@ -147,8 +151,9 @@ def test_backend_sets_trl_options(recipe, name, tmp_path):
 def test_recipe_help_lists_the_key(capsys):
     from rlhf_recipes.config import recipe_help
 
-    assert "--rollout_backend" in recipe_help(["recipes/grpo.yaml"])
-    assert "--rollout_backend" in recipe_help(["recipes/ppo.yaml"])
+    assert "ppo" in POLICY_GRADIENT and len(POLICY_GRADIENT) >= 10
+    for algorithm in POLICY_GRADIENT:
+        assert "--rollout_backend" in recipe_help([f"recipes/{algorithm}.yaml"]), algorithm
 
 
 @pytest.mark.parametrize("extra, message", [
