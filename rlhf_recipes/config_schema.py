@@ -126,9 +126,14 @@ def _version(package: str) -> str:
 def _cache_key(class_path: str) -> str:
     module = class_path.partition(":")[0]
     parts = [str(SCHEMA_FORMAT), class_path, _version("trl"), _version("transformers")]
-    if not module.startswith("trl"):  # our own classes: their source is part of the key
-        spec = importlib.util.find_spec(module)
-        if spec is not None and spec.origin:
+    if not module.startswith("trl"):  # our own classes: their package's source is part of the key
+        # (the whole top-level package, not only the class's module: PPOConfig's fields include those of
+        # BookGRPOConfig, defined in another module)
+        spec = importlib.util.find_spec(module.partition(".")[0])
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+        for root in roots:
+            parts.extend(p.read_text() for p in sorted(Path(root).rglob("*.py")))
+        if not roots and spec is not None and spec.origin:
             parts.append(Path(spec.origin).read_text())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 

@@ -245,6 +245,23 @@ def check_extras(recipe) -> None:
             fix = f'pip install "rlhf-recipes[{extra}]"' if extra else f"pip install {package}"
             raise RecipeError(f"{where}: needs the package `{package}`, which is not installed. Install it with "
                               f"{fix}")
+    check_rollout_backend(recipe)
+
+
+def check_rollout_backend(recipe) -> None:
+    """A policy-gradient or PPO recipe's rollout_backend: its package, a GPU, and model settings it cannot honour."""
+    name = recipe.value("rollout_backend")
+    if name is None:  # not a policy-gradient recipe
+        return
+    from custom_losses.policy_gradient.rollout_backends import environment_problem
+
+    try:
+        problem = environment_problem(name, dtype=recipe.value("dtype"), bf16=bool(recipe.value("bf16")),
+                                      load_in_8bit=bool(recipe.value("load_in_8bit")))
+    except ValueError as e:  # an unknown name
+        raise RecipeError(f"{recipe.where('rollout_backend')}: {e}") from None
+    if problem:
+        raise RecipeError(f"{recipe.where('rollout_backend')} `{name}` {problem}")
 
 
 # --------------------------------------------------------------------------------------

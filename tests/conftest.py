@@ -77,6 +77,41 @@ def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int
     return result
 
 
+def launch_machines(config: str, recipe: str, output_dir: Path, *extra: str, machines: int = 2,
+                    timeout: int = 600) -> None:
+    """A multi-node launch on localhost: one `accelerate launch --machine_rank R` per "machine", all at once,
+    meeting at 127.0.0.1 (the config sets num_machines and the total num_processes), as SLURM starts them.
+    Logs go to OUTPUT_DIR.machine-R.log; when one machine fails the others are stopped, not left waiting."""
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    port = str(29500 + (os.getpid() + 500) % 1000)
+    running = []
+    for rank in range(machines):
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "accelerate_configs" / "cpu" / config), "--machine_rank", str(rank),
+               "--main_process_ip", "127.0.0.1", "--main_process_port", port,
+               str(RECIPES / "run.py"), str(RECIPES / recipe), "--profile", "tiny", "--output_dir", str(output_dir),
+               *extra]
+        log = Path(f"{output_dir}.machine-{rank}.log")
+        with open(log, "w") as handle:
+            running.append((cmd, log, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle,
+                                                       stderr=subprocess.STDOUT)))
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for _, _, p in running):
+            if any(p.poll() not in (None, 0) for _, _, p in running) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        for _, _, proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for cmd, log, proc in running:
+        assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{log.read_text()[-6000:]}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tiny_cache(tmp_path_factory):
     """One tiny model build per test session, in a private cache dir unless one is given."""

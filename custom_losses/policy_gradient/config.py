@@ -14,6 +14,7 @@ from typing import Any
 from trl import GRPOConfig
 
 import rewards
+from custom_losses.policy_gradient import rollout_backends
 from custom_losses.policy_gradient.advantages import ESTIMATORS
 from custom_losses.policy_gradient.objectives import KL_ESTIMATORS
 
@@ -34,6 +35,20 @@ class BookGRPOConfig(GRPOConfig):
         default="grpo",
         metadata={"help": "TRL's loss aggregation. The book: 'grpo' (seq-mean) everywhere, 'bnpo' (token mean "
                   "over the micro-batch) for DAPO. With book_objective set, only 'grpo' and 'bnpo' apply."},
+    )
+    rollout_backend: str = field(
+        default="hf",
+        metadata={"help": f"The engine that samples the completions, one of {tuple(rollout_backends.BACKENDS)}: "
+                  "hf (transformers generate, the book's), static_cache (static KV cache; torch.compile on CUDA), "
+                  "continuous_batching (transformers' paged engine), vllm_colocate / vllm_server (TRL's vLLM modes). "
+                  "It sets TRL's use_vllm, vllm_mode, use_transformers_continuous_batching and cache_implementation. "
+                  "Log-probs for the loss always come from the training forward at temperature 1."},
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={"help": "false (book): no correction for vLLM's sampler; the ratio is policy / old policy, both from "
+                  "the training forward. true (TRL's default): weight the loss by exp(old - vLLM log-probs), which "
+                  "needs logprobs_at_sampling_temperature true (vLLM's log-probs are at the sampling temperature)."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["correctness_reward", "format_reward"],
@@ -124,6 +139,7 @@ class BookGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        rollout_backends.apply(self)  # sets TRL's generation options, so the checks below see them
         self._validate_book_options()
         # TRL requires >= 2 completions per prompt; REINFORCE (raw reward, no baseline) needs 1.
         single = self.num_generations == 1

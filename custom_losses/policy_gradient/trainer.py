@@ -44,6 +44,7 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from custom_losses.policy_gradient import rollout_backends
 from custom_losses.policy_gradient.advantages import compute_advantages, groups_with_contrast
 from custom_losses.policy_gradient.config import (
     BOOK_OBJECTIVES, KL_AGGREGATIONS, OBJECTIVE_AGGREGATIONS, BookGRPOConfig,
@@ -141,6 +142,9 @@ class BookGRPOTrainer(DynamicSamplingMixin, RolloutMonitorMixin, GRPOTrainer):
             super().__init__(model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.ref_model is not None:
             self.ref_model.requires_grad_(False)  # frozen: no gradient buffers, whatever its dtype
+        if not self.use_vllm:  # the backend's generate settings beyond TRL's options (rollout_backends.py)
+            for name, value in rollout_backends.backend(args.rollout_backend).generation_config:
+                setattr(self.generation_config, name, value)
         if not args.logprobs_at_sampling_temperature and self.temperature != 1.0:
             self._score_at_temperature_one()
         self._reward_index = {name: i for i, name in enumerate(self.reward_func_names)}

@@ -2,9 +2,10 @@
 
 TRL 1.16 has no PPOTrainer. `PPOTrainer` here is a `BookGRPOTrainer` (custom_losses/policy_gradient/),
 so it keeps everything the other policy-gradient recipes have: GRPOTrainer's generation
-(transformers or vLLM), reward functions (including a trained RM as `rm:<path>`), rollout
-buffering with one shuffled pass per rollout batch, old and reference log-probs, DDP/ZeRO,
-PEFT, logging; and the book's health checks, SQLite rollouts and samples. It adds:
+(any `rollout_backend`: transformers generate, static cache, continuous batching or vLLM),
+reward functions (including a trained RM as `rm:<path>`), rollout buffering with one shuffled
+pass per rollout batch, old and reference log-probs, DDP/ZeRO, PEFT, logging; and the book's
+health checks, SQLite rollouts and samples. It adds:
 
   a value model        value_model.py: a full copy of the policy with a Linear(hidden, 1)
                        head (the book), or a head on the policy's own backbone (share_value_backbone)

@@ -36,6 +36,9 @@ class PolicyGradient(Family):
         "overlong_max_length": 16,  # DAPO's penalty scaled to the tiny budget ...
         "overlong_cache_length": 4,  # ... so it still bites
         "use_vllm": False,
+        # rollout_backend continuous_batching: a small paged cache (its default sizes it from free memory,
+        # seconds of allocation on a CPU)
+        "transformers_continuous_batching_config": {"num_blocks": 16, "max_batch_tokens": 256},
         "log_samples_every": 2,
         "log_samples_count": 2,
     }

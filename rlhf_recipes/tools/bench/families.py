@@ -4,6 +4,7 @@
     rlhf-recipes bench                       # GPU: the book's model for each family, random weights
     rlhf-recipes bench --models all --lora off,on --attention sdpa,flash_attention_2
     rlhf-recipes bench --tiny                # CPU: the embedded tiny model (a smoke run of this script)
+    rlhf-recipes bench --algorithms grpo,ppo --lora off --backends hf,static_cache,continuous_batching,vllm_colocate
 
 For each (algorithm, model, LoRA, attention) it builds the model's architecture from its shipped
 config.json with random weights (no download), saves it next to the tiny tokenizer, and runs the
@@ -22,6 +23,9 @@ Reported per configuration (the steps after warmup):
                    adapters with LoRA), 2 N per reference / rollout-scoring / generated token, the value
                    model's own 6 N in PPO, + causal attention 6 L a d s per trained token; N counts the
                    decoder linears and the output head (embedding lookups are free)
+With --backends, each policy-gradient configuration runs once per rollout backend (rollout_backend);
+each row then also has generation_vs_hf, step_speedup_vs_hf and peak_vs_hf against the hf row of the
+same configuration in the same run. Backends this machine cannot run are skipped with the reason.
 The GRPO rollout phases (generation, scoring, training) are split by `rlhf-recipes bench-phases`.
 """
 
@@ -149,11 +153,12 @@ def flops_per_trained_token(shape, lora_params: int, lora: bool, seq_len: int, l
 
 def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warmup: int = 1, lora: bool | str = False,
                   attention: str = "sdpa", seq_len: int | None = None, tiny: bool = False,
-                  workdir: Path | None = None, peak: float | None = None) -> dict:
+                  workdir: Path | None = None, peak: float | None = None, backend: str = "hf") -> dict:
     import torch
     from transformers import TrainerCallback
 
     from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.config_schema import fields_of
     from rlhf_recipes.data import SOURCES, load_splits
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.tools.planner import Workload
@@ -175,7 +180,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     model_path = tok_path if tiny else str(build_random_model(arch, workdir / "models", tokenizer))
     total_steps = warmup + steps
     argv = [str(recipe_path(algorithm)), "--model_name_or_path", model_path,
-            "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{lora}-{attention}"), "--overwrite",
+            "--output_dir", str(workdir / f"run-{algorithm}-{arch}-{lora}-{attention}-{backend}"), "--overwrite",
             "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--eval_strategy", "no",
             "--attn_implementation", attention, "--dataloader_num_workers", "0"]
     if tiny:
@@ -187,12 +192,15 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     if lora == "qlora":
         argv += ["--load_in_4bit", "true"]
     if pg:
-        from rlhf_recipes.config_schema import fields_of
-
         options = fields_of(ALGORITHMS[algorithm].config_class)  # no rollout store or samples where the config has them
         argv += [x for key, value in (("rollouts_db", "null"), ("log_samples_every", "0")) if key in options
                  for x in (f"--{key}", value)]
+        if "rollout_backend" in options:
+            argv += ["--rollout_backend", backend]
         probe = load_recipe(argv)
+        from rlhf_recipes.validation import check_rollout_backend
+
+        check_rollout_backend(probe)  # a RecipeError: this machine cannot run the backend
         per_rollout = probe.training.generation_batch_size // (
             probe.training.per_device_train_batch_size * probe.training.gradient_accumulation_steps)
         total_steps = per_rollout * (1 + max(1, steps // per_rollout))  # whole rollout batches, the first one warms up
@@ -319,6 +327,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "lora": lora,
         "attention": attention,
+        "rollout_backend": backend if "rollout_backend" in fields_of(ALGORITHMS[algorithm].config_class) else None,
         "micro_batch": f"{n} x {s}",
         "steps_measured": measured_steps,
         "step_s": round(wall / max(measured_steps, 1), 4),
@@ -378,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, help=f"tokens per sequence (default: the recipe's max_length, at most {BENCH_SEQ_LEN})")
     parser.add_argument("--tiny", action="store_true", help="CPU: the tiny model instead of real shapes")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak, when not in the built-in table")
+    parser.add_argument("--backends", default="hf", help="policy gradients: comma-separated rollout backends "
+                        "(rollout_backend), e.g. hf,static_cache,continuous_batching,vllm_colocate")
     parser.add_argument("--json", help="write all rows to this file")
     parser.add_argument("--keep", action="store_true", help="keep the random-weight models and data (in a temp dir)")
     args = parser.parse_args(argv)
@@ -386,8 +397,17 @@ def main(argv: list[str] | None = None) -> int:
         if v not in lora_modes:
             parser.error(f"--lora: unknown value {v!r}; expected a comma-separated list of {', '.join(lora_modes)}")
 
+    from custom_losses.policy_gradient.rollout_backends import BACKENDS
+
+    backends = [b for b in args.backends.split(",") if b]
+    if any(b not in BACKENDS for b in backends):
+        parser.error(f"--backends: expected a comma-separated list of {', '.join(BACKENDS)}, got {args.backends!r}")
+    backends = ["hf"] * ("hf" not in backends) + backends  # the baseline of the ratios
+
     import torch
 
+    from rlhf_recipes.config_schema import fields_of
+    from rlhf_recipes.errors import RecipeError
     from rlhf_recipes.registry import ALGORITHMS
 
     if not args.tiny and not torch.cuda.is_available():
@@ -409,19 +429,40 @@ def main(argv: list[str] | None = None) -> int:
                             if importlib.util.find_spec("flash_attn") is None:
                                 print(f"skip {algorithm} {attention}: flash-attn is not installed", file=sys.stderr)
                                 continue
-                        row = run_benchmark(algorithm, model, args.steps, args.warmup, lora, attention, args.seq_len,
-                                            args.tiny, workdir, args.peak_tflops)
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
-                        if torch.cuda.is_available():
-                            torch.cuda.empty_cache()
+                        for backend in backends if "rollout_backend" in fields_of(
+                                ALGORITHMS[algorithm].config_class) else ["hf"]:
+                            try:
+                                row = run_benchmark(algorithm, model, args.steps, args.warmup, lora, attention,
+                                                    args.seq_len, args.tiny, workdir, args.peak_tflops, backend)
+                            except RecipeError as e:
+                                print(f"skip {algorithm} {backend}: {e}", file=sys.stderr)
+                                continue
+                            rows.append(row)
+                            print(json.dumps(row), flush=True)
+                            if torch.cuda.is_available():
+                                torch.cuda.empty_cache()
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    _add_backend_ratios(rows)
     _print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
+
+
+def _add_backend_ratios(rows: list[dict]) -> None:
+    """Each policy-gradient row against the hf row of the same configuration, measured in the same run."""
+    key = lambda r: (r["algorithm"], r["model"], r["lora"], r["attention"])  # noqa: E731
+    base = {key(r): r for r in rows if r.get("rollout_backend") == "hf"}
+    for r in rows:
+        hf = base.get(key(r))
+        if r.get("rollout_backend") is None or hf is None:
+            continue
+        if r["generated_tokens_per_s"] and hf["generated_tokens_per_s"]:
+            r["generation_vs_hf"] = round(r["generated_tokens_per_s"] / hf["generated_tokens_per_s"], 2)
+        r["step_speedup_vs_hf"] = round(hf["step_s"] / r["step_s"], 2)
+        r["peak_vs_hf"] = round(r["peak_allocated_gib"] / hf["peak_allocated_gib"], 2)
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -429,12 +470,15 @@ def _print_table(rows: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(title="step benchmark (after warmup)")
-    for col in ("algorithm", "model", "lora", "attention", "micro_batch", "step_s", "tokens_per_s",
-                "peak_allocated_gib", "planned_peak_gib", "mfu"):
+    columns = ["algorithm", "model", "lora", "attention", "micro_batch", "step_s", "tokens_per_s",
+               "peak_allocated_gib", "planned_peak_gib", "mfu"]
+    if any(r.get("rollout_backend") not in (None, "hf") for r in rows):
+        columns[4:4] = ["rollout_backend"]
+        columns += ["generated_tokens_per_s", "generation_vs_hf", "step_speedup_vs_hf", "peak_vs_hf"]
+    for col in columns:
         table.add_column(col)
     for r in rows:
-        table.add_row(*(str(r[c]) for c in ("algorithm", "model", "lora", "attention", "micro_batch", "step_s",
-                                            "tokens_per_s", "peak_allocated_gib", "planned_peak_gib", "mfu")))
+        table.add_row(*(str(r.get(c)) for c in columns))
     Console(width=160).print(table)
 
 

@@ -337,8 +337,14 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         if launch.zero3 and getattr(training, "ds3_gather_for_generation", True):
             add("ZeRO-3 weights gathered for generation", total * p * (1 - 1 / world), "generation",
                 "the full model on every GPU while generating (ds3_gather_for_generation)")
+        backend = getattr(training, "rollout_backend", "hf")
         if getattr(training, "use_vllm", False):
-            notes.append("use_vllm: generation memory of the vLLM engine is not modelled")
+            notes.append(f"rollout_backend {backend}: generation memory of the vLLM engine is not modelled "
+                         "(colocate: vllm_gpu_memory_utilization of the GPU)")
+        elif getattr(training, "use_transformers_continuous_batching", False):
+            notes.append("rollout_backend continuous_batching: its paged KV cache is sized by "
+                         "transformers_continuous_batching_config (TRL's default: max_memory_percent 0.5 of the free "
+                         "memory), not by the rollout batch modelled here")
         notes.append(f"prompt length assumed {workload.prompt_len} tokens (--prompt-length to change); completions "
                      f"at the {workload.completion_len}-token budget (random or early models run to it)")
     else:
