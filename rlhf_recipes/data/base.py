@@ -32,3 +32,6 @@ class DataSource:
     hub_config: str | None = None
     # Procedural sources (reasoning-gym) build their rows instead of reading a file.
     generate: Callable[[Any], "Dataset"] | None = None
+    # The recipe's `system_prompt` -> the system message's text, where a source reads it as a name
+    # (reasoning-gym: 'DeepSeekZero'); None: the text as written.
+    system_prompt_text: Callable[[str | None], str | None] | None = None
