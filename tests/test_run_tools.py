@@ -133,7 +133,7 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
         os.utime(p, (p.stat().st_atime - 7200, p.stat().st_mtime - 7200))
     again = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(root), "--prune", "1"],
                            capture_output=True, text=True, cwd=ROOT, check=True).stdout
-    assert "resuming: skipped, being written" in again and "(0 bytes)" in again
+    assert "resuming: skipped, being written" in again and "freed 0 bytes;" in again
     assert SavedRun.open(root / "resuming").status == "no result at step 3, last written 2 h ago (killed?)"
     assert sorted(p.name for p in (root / "resuming").glob("checkpoint-*")) == [
         "checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"]
@@ -190,7 +190,8 @@ def test_export_loads_with_plain_transformers_and_gives_the_runs_logits(runs, tm
     exported = AutoModelForCausalLM.from_pretrained(out)
     trained = AutoModelForCausalLM.from_pretrained(runs / "finished")
     assert torch.equal(_logits(exported, exported.config.vocab_size), _logits(trained, trained.config.vocab_size))
-    assert AutoTokenizer.from_pretrained(out).chat_template == AutoTokenizer.from_pretrained(runs / "finished").chat_template
+    template = AutoTokenizer.from_pretrained(out).chat_template
+    assert template and template == AutoTokenizer.from_pretrained(runs / "finished").chat_template
     card = (out / "README.md").read_text()
     assert "Ouyang et al. 2022" in card and "chapter 4" in card  # the registry's paper and chapter
     assert "| gsm8k | accuracy | 0.41 | 0.37 | +0.04 [-0.01, +0.09] |" in card
@@ -216,7 +217,9 @@ def test_a_lora_runs_merged_export_equals_base_plus_adapter(runs, tmp_path):
     torch.testing.assert_close(_logits(merged, vocab), adapted, atol=1e-5, rtol=1e-5)
 
 
-def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp_path):
+def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp_path, capsys):
+    from rlhf_recipes.tools.export import main
+
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "file").write_text("x")
@@ -225,13 +228,16 @@ def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp
         ([str(runs / "finished"), str(taken)], "exists and is not an empty folder"),
         ([str(runs / "interrupted"), str(tmp_path / "b")], "has not finished (interrupted at step 2)"),
         ([str(runs / "interrupted"), str(tmp_path / "c"), "--checkpoint", "7"], "no checkpoint-7"),
+        ([str(runs / "finished"), str(tmp_path / "d"), "--merge-lora"], "not a LoRA adapter"),
     ]:
-        result = _export(*argv)
-        assert result.returncode == 2 and result.stderr.startswith("error: ") and expected in result.stderr, argv
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "--checkpoint STEP" in _export(str(runs / "interrupted"), str(tmp_path / "b")).stderr
-    assert _export(str(runs / "interrupted"), str(tmp_path / "d"), "--checkpoint", "2").returncode == 0
-    assert (tmp_path / "d" / "model.safetensors").exists()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    main([str(runs / "interrupted"), str(tmp_path / "b")])
+    assert "--checkpoint STEP" in capsys.readouterr().err
+    assert main([str(runs / "interrupted"), str(tmp_path / "e"), "--checkpoint", "2"]) == 0
+    assert (tmp_path / "e" / "model.safetensors").exists() and (tmp_path / "e" / "README.md").exists()
 
 
 def test_a_reward_models_export_loads_as_its_token_classifier(tmp_path):

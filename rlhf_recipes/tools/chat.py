@@ -128,7 +128,8 @@ def build_page(columns: list[Column], scorers: list, sampling: dict[str, Any]):
                         stream = (lambda c: lambda *a: (yield from stream_answer(c, *a)))(column)
                         send.click(stream, settings, box)
                         prompt.submit(stream, settings, box)
-                    show = lambda text: columns[0].run.prompt_text(columns[0].tokenizer, text) if text else ""  # noqa: E731
+                    first = columns[0]
+                    show = lambda text: first.run.prompt_text(first.tokenizer, text) if text else ""  # noqa: E731
                     send.click(show, prompt, rendered)
                     prompt.submit(show, prompt, rendered)
             if scorers:

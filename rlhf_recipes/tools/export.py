@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the folder to write (new or empty)")
     parser.add_argument("--merge-lora", "--merge_lora", action="store_true",
                         help="a LoRA run: merge the adapter into its base model (peft merge_and_unload)")
-    parser.add_argument("--checkpoint", metavar="STEP", help="export this complete checkpoint instead of the final model")
+    parser.add_argument("--checkpoint", metavar="STEP",
+                        help="export this complete checkpoint instead of the final model")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         check_out(args.out)

@@ -123,7 +123,8 @@ def prune(runs: list[SavedRun], keep: int, dry_run: bool) -> int:
             why = f" (incomplete: {c.incomplete})" if c.incomplete else ""
             print(f"{run.path}: {verb} {c.path.name}{why}, {decimal(c.bytes)}")
             total += c.bytes
-    print(f"{'would free' if dry_run else 'freed'} {decimal(total)} ({total} bytes); kept the last {keep} complete "
+    exact = f" ({total} bytes)" if total >= 1000 else ""
+    print(f"{'would free' if dry_run else 'freed'} {decimal(total)}{exact}; kept the last {keep} complete "
           "checkpoint(s) of every run")
     return total
 
