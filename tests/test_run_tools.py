@@ -27,7 +27,7 @@ SYSTEM_PROMPT = "Answer in one sentence."
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """outputs/ with a finished run (checkpoints 1-3 and an evaluation), an interrupted one, a failed one,
-    and a LoRA run; each made by the real runner."""
+    a LoRA run and an outcome reward model; each made by the real runner."""
     from rlhf_recipes.callbacks import InterruptCallback, MetricsFileCallback
 
     root = tmp_path_factory.mktemp("outputs")
@@ -60,6 +60,7 @@ def runs(tmp_path_factory):
     # LoRA with a large learning rate, so that the adapter visibly moves the model.
     run_recipe("sft.yaml", root / "lora", "--max_steps", "2", "--use_peft", "true", "--lora_r", "4",
                "--learning_rate", "1e-2", "--system_prompt", SYSTEM_PROMPT)
+    run_recipe("orm.yaml", root / "orm", "--max_steps", "1")  # a reward model (a token classifier)
     return root
 
 
@@ -76,7 +77,7 @@ def runs_json(root: Path, *extra: str) -> dict[str, dict]:
 
 def test_runs_lists_each_run_with_its_status_steps_metrics_and_checkpoints(runs):
     listed = runs_json(runs)
-    assert set(listed) == {"finished", "interrupted", "failed", "lora"}
+    assert set(listed) == {"finished", "interrupted", "failed", "lora", "orm"}
     finished, interrupted, failed = listed["finished"], listed["interrupted"], listed["failed"]
     assert finished["status"] == "finished" and finished["steps"] == 3 and finished["algorithm"] == "sft"
     assert finished["profile"] == "tiny" and finished["model"] == "tiny"
@@ -89,6 +90,9 @@ def test_runs_lists_each_run_with_its_status_steps_metrics_and_checkpoints(runs)
     assert [c["step"] for c in interrupted["checkpoints"]] == [2]  # the interrupt's own checkpoint
     assert failed["status"].startswith("failed at step") and not failed["being_written"]
     assert listed["lora"]["evaluations"] == []  # no eval/ folder: nothing, no error
+    held_out = json.loads((runs / "orm" / "final_results.json").read_text())["evaluation"]
+    assert {f"eval {k}": v for k, v in held_out.items() if isinstance(v, float)}.items() <= \
+        listed["orm"]["final_metrics"].items()  # a reward model's held-out evaluation
 
 
 def test_the_table_shows_status_and_the_evaluation_difference(runs):
@@ -240,15 +244,14 @@ def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp
     assert (tmp_path / "e" / "model.safetensors").exists() and (tmp_path / "e" / "README.md").exists()
 
 
-def test_a_reward_models_export_loads_as_its_token_classifier(tmp_path):
+def test_a_reward_models_export_loads_as_its_token_classifier(runs, tmp_path):
     import torch
     from transformers import AutoModelForTokenClassification
 
-    run_recipe("orm.yaml", tmp_path / "orm", "--max_steps", "1")
     out = tmp_path / "exported"
-    assert _export(str(tmp_path / "orm"), str(out)).returncode == 0
+    assert _export(str(runs / "orm"), str(out)).returncode == 0
     exported = AutoModelForTokenClassification.from_pretrained(out)
-    trained = AutoModelForTokenClassification.from_pretrained(tmp_path / "orm")
+    trained = AutoModelForTokenClassification.from_pretrained(runs / "orm")
     assert exported.config.reward_model["kind"] == "outcome"  # how it reads its input travels with it
     vocab = exported.config.vocab_size
     assert torch.equal(_logits(exported, vocab), _logits(trained, vocab))
@@ -269,6 +272,24 @@ def test_chat_prompts_are_built_as_in_training():
     row = train[0]["prompt"]
     asked = chat_prompt(recipe, row[-1]["content"])
     assert asked == row and asked[0]["role"] == "system" and asked[0]["content"] != recipe.args.system_prompt
+
+
+def test_a_streamed_answer_is_the_models_own_generation(runs):
+    """Greedy: the streamed text grows piece by piece and ends as generate's answer to the training-style prompt."""
+    import torch
+
+    from rlhf_recipes.tools.chat import Column, stream_answer
+    from rlhf_recipes.tools.trained_model import open_trained_model
+
+    run = open_trained_model(runs / "lora")
+    model, tokenizer = run.load_policy().eval(), run.load_tokenizer()
+    pieces = list(stream_answer(Column("lora", model, tokenizer, run), "What is a prime number?", 0.0, 1.0, 0, 24))
+    assert len(pieces) > 1 and all(b.startswith(a) for a, b in zip(pieces, pieces[1:]))
+    ids = run.prompt_ids(tokenizer, "What is a prime number?")
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=24, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    assert pieces[-1] == tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
 
 
 def test_chat_without_gradio_names_the_extra(runs, monkeypatch, capsys):
@@ -310,8 +331,8 @@ def test_chat_page_answers_in_a_real_browser(runs, tmp_path):
 
     port = _free_port()
     log = (tmp_path / "chat.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "rlhf_recipes.tools", "chat", str(runs / "lora"), "--port",
-                               str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([sys.executable, "-m", "rlhf_recipes.tools", "chat", str(runs / "lora"), str(runs / "orm"),
+                               "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -353,6 +374,22 @@ def test_chat_page_answers_in_a_real_browser(runs, tmp_path):
         browser.save_screenshot(str(shot))
         print(f"chat page screenshot: {shot}")
         assert shot.stat().st_size > 10_000
+
+        # The reward model's page: a prompt and two responses, each scored (an ORM: P(correct) in [0, 1]).
+        tab = [b for b in browser.find_elements(By.XPATH, "//button[normalize-space()='Score two responses']")
+               if b.is_displayed()]  # Gradio also keeps a hidden copy of each tab button
+        tab[0].click()
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#rm-prompt textarea")).send_keys("What is 2 + 3?")
+        browser.find_element(By.CSS_SELECTOR, "#response-a textarea").send_keys("2 + 3 = 5\n#### 5")
+        browser.find_element(By.CSS_SELECTOR, "#response-b textarea").send_keys("2 + 3 = 6\n#### 6")
+        browser.find_element(By.CSS_SELECTOR, "#score").click()
+        row = wait.until(lambda b: next((r.text for r in b.find_elements(By.CSS_SELECTOR, "#scores tr")
+                                         if "orm (orm) (outcome)" in r.text), None))
+        scores = [float(x) for x in row.split()[-3:-1]]
+        assert all(0.0 <= x <= 1.0 for x in scores), row
+        shot = tmp_path / "score_page.png"
+        browser.save_screenshot(str(shot))
+        print(f"reward model page screenshot: {shot}")
     finally:
         if browser is not None:
             browser.quit()

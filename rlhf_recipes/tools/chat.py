@@ -128,8 +128,8 @@ def build_page(columns: list[Column], scorers: list, sampling: dict[str, Any]):
                         stream = (lambda c: lambda *a: (yield from stream_answer(c, *a)))(column)
                         send.click(stream, settings, box)
                         prompt.submit(stream, settings, box)
-                    first = columns[0]
-                    show = lambda text: first.run.prompt_text(first.tokenizer, text) if text else ""  # noqa: E731
+                    lead = columns[0]  # whose prompt building the page shows (the reference asks the same)
+                    show = lambda text: lead.run.prompt_text(lead.tokenizer, text) if text else ""  # noqa: E731
                     send.click(show, prompt, rendered)
                     prompt.submit(show, prompt, rendered)
             if scorers:
