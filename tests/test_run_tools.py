@@ -96,10 +96,13 @@ def test_runs_lists_each_run_with_its_status_steps_metrics_and_checkpoints(runs)
 
 
 def test_the_table_shows_status_and_the_evaluation_difference(runs):
+    from rlhf_recipes.tools.runs import evaluations_cell
+
     out = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(runs)], capture_output=True,
-                         text=True, cwd=ROOT, check=True, env={**os.environ, "COLUMNS": "250"}).stdout
-    assert "interrupted at step 2" in out and "failed at step" in out
-    assert "gsm8k: accuracy 0.41 (+0.04 [-0.01, +0.09])" in " ".join(out.split())
+                         text=True, cwd=ROOT, check=True).stdout
+    assert "5 run(s) under" in out and "interrupted at step 2" in out and "failed at step" in out
+    assert evaluations_cell(SavedRun.open(runs / "finished")) == "gsm8k: accuracy 0.41 (+0.04 [-0.01, +0.09])"
+    assert evaluations_cell(SavedRun.open(runs / "lora")) == "-"
 
 
 def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_being_written(runs, tmp_path):
@@ -290,6 +293,22 @@ def test_a_streamed_answer_is_the_models_own_generation(runs):
         out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=24, do_sample=False,
                              pad_token_id=tokenizer.pad_token_id)
     assert pieces[-1] == tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
+
+
+def test_a_generation_that_fails_ends_its_stream_with_the_reason(runs):
+    import torch
+
+    from rlhf_recipes.tools.chat import Column, stream_answer
+    from rlhf_recipes.tools.trained_model import open_trained_model
+
+    class OutOfMemory(torch.nn.Linear):
+        def generate(self, **kwargs):
+            raise MemoryError("no room for the KV cache")
+
+    run = open_trained_model(runs / "lora")
+    column = Column("broken", OutOfMemory(1, 1), run.load_tokenizer(), run)
+    with pytest.raises(RuntimeError, match="broken: generation failed: no room for the KV cache"):
+        list(stream_answer(column, "hello", 0.0, 1.0, 0, 8))
 
 
 def test_chat_without_gradio_names_the_extra(runs, monkeypatch, capsys):

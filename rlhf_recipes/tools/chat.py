@@ -72,13 +72,24 @@ def stream_answer(column: Column, prompt: str, temperature: float, top_p: float,
                   device=device), max_new_tokens=int(max_new_tokens), do_sample=sample, streamer=streamer,
                   temperature=temperature if sample else None, top_p=top_p if sample else None,
                   top_k=int(top_k) if sample else None, pad_token_id=column.tokenizer.pad_token_id)
-    thread = threading.Thread(target=column.model.generate, kwargs=kwargs, daemon=True)
+    failures: list[BaseException] = []
+
+    def generate():
+        try:
+            column.model.generate(**kwargs)
+        except BaseException as e:  # noqa: BLE001  (e.g. out of memory: end the stream, say why below)
+            failures.append(e)
+            streamer.end()
+
+    thread = threading.Thread(target=generate, daemon=True)
     thread.start()
     text = ""
     for piece in streamer:
         text += piece
         yield text
     thread.join()
+    if failures:
+        raise RuntimeError(f"{column.label}: generation failed: {failures[0]}") from failures[0]
 
 
 def score_pair(scorers: list[tuple[str, TrainedModel, Any, Any, dict]], prompt: str, first: str, second: str) -> str:

@@ -26,7 +26,6 @@ from typing import Any
 from rlhf_recipes.tools.run_folder import RunFolderError
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
-logger = logging.getLogger(__name__)
 
 # Settings worth a line in the card (when the recipe has them); the algorithm's own defaults are added.
 KEY_SETTINGS = ("model_name_or_path", "dataset", "dataset_name", "num_samples", "system_prompt", "effective_batch_size",
@@ -60,7 +59,8 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    summary = {"source": str(trained.folder), "form": form, "merged_lora": bool(merge_lora and trained.is_adapter)}
+    summary = {"source": str(trained.folder), "form": form, "merged_lora": bool(merge_lora and trained.is_adapter),
+               "adapter": trained.is_adapter and not merge_lora and not trained.reward_model}
     (out / "README.md").write_text(model_card(trained, summary))
     return summary
 
@@ -76,8 +76,7 @@ def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
     algorithm = ALGORITHMS[recipe.algorithm.name]
     config = run.config
     base = config.get("model_name_or_path")
-    front = ["---", "library_name: " + ("peft" if "peft" in summary["form"] and not summary["merged_lora"]
-                                        else "transformers"),
+    front = ["---", "library_name: " + ("peft" if summary["adapter"] else "transformers"),
              f"base_model: {base}" if base and base != "tiny" else None,
              "tags:", "- rlhf-recipes", "- trl", f"- {algorithm.name}", "---"]
     lines = [line for line in front if line is not None]

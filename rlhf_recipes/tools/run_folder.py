@@ -76,6 +76,7 @@ class SavedRun:
 
     path: Path
     config: dict[str, Any] = field(default_factory=dict)
+    eval_errors: list[str] = field(default_factory=list)  # eval/*.json files that could not be read, and why
 
     @classmethod
     def open(cls, path: str | Path) -> "SavedRun":
@@ -180,7 +181,7 @@ class SavedRun:
     @cached_property
     def evaluations(self) -> list[dict[str, Any]]:
         """RUN_DIR/eval/<name>.json results, by name; unreadable files are skipped (named in `eval_errors`)."""
-        out, self.eval_errors = [], []
+        out = []
         folder = self.path / EVAL_SUBDIR
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:

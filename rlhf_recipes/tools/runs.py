@@ -78,9 +78,10 @@ def print_table(runs: list[SavedRun], root: Path) -> None:
         table.add_row(name, run.algorithm, run.model, run.profile or "-", run.status,
                       "-" if run.steps is None else str(run.steps), metrics_cell(run), evaluations_cell(run),
                       decimal(run.bytes), checkpoints_cell(run))
-    Console(width=max(Console().width, 160)).print(table)
+    # Piped into a file or another program, rich would assume 80 columns: too narrow for ten.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
     for run in runs:
-        for problem in getattr(run, "eval_errors", []):
+        for problem in run.eval_errors:
             print(f"warning: skipped an unreadable evaluation: {problem}", file=sys.stderr)
 
 
