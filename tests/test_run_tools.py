@@ -277,6 +277,15 @@ def test_chat_prompts_are_built_as_in_training():
     assert asked == row and asked[0]["role"] == "system" and asked[0]["content"] != recipe.args.system_prompt
 
 
+def test_chat_refuses_an_unfinished_run_and_names_its_checkpoint_folder(runs, capsys):
+    from rlhf_recipes.tools.chat import main
+
+    assert main([str(runs / "interrupted")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "has not finished (interrupted at step 2)" in err
+    assert str(runs / "interrupted" / "checkpoint-2") in err and "--checkpoint" not in err
+
+
 def test_a_streamed_answer_is_the_models_own_generation(runs):
     """Greedy: the streamed text grows piece by piece and ends as generate's answer to the training-style prompt."""
     import torch

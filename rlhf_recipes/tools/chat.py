@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               "'rlhf-recipes[chat]' (or pip install gradio)", file=sys.stderr)
         return 2
     try:
-        runs = [open_trained_model(path) for path in args.runs]
+        runs = [open_trained_model(path, checkpoint_option=False) for path in args.runs]
     except RunFolderError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -46,6 +46,8 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
         model, tokenizer, info = trained.load_reward_model()  # in its saved dtype
         kind = {"preference": "AutoModelForSequenceClassification"}.get(info["kind"], "AutoModelForTokenClassification")
         form = f"reward model ({info['kind']}), load with {kind}"
+        if trained.is_adapter:
+            form += " (LoRA: the merged copy its run saved)"
     else:
         model = trained.load_policy(merge=merge_lora)
         tokenizer = trained.load_tokenizer()

@@ -105,11 +105,12 @@ def load_base(name_or_path: str, dtype: Any = None):
 
 
 def open_trained_model(path: str | Path, checkpoint: str | None = None, *, require_finished: bool = True,
-                       flag: str = "RUN_DIR") -> TrainedModel:
+                       flag: str = "RUN_DIR", checkpoint_option: bool = True) -> TrainedModel:
     """The model of the run at `path` (a run folder, or a checkpoint-<step> folder inside one).
 
     Errors (RunFolderError, one line) name what is wrong and the fix: not a run, a run that has not finished
-    (its complete checkpoints offered), an incomplete checkpoint."""
+    (its complete checkpoints offered, with `--checkpoint STEP` where the tool has that option), an incomplete
+    checkpoint."""
     from rlhf_recipes.config import RecipeError, load_recipe
     from rlhf_recipes.registry import family_of
 
@@ -122,9 +123,9 @@ def open_trained_model(path: str | Path, checkpoint: str | None = None, *, requi
     else:
         if require_finished and not run.finished:
             complete = [c.step for c in run.checkpoints if c.complete]
-            offer = (f"use one of its complete checkpoints ({', '.join(map(str, complete))}): --checkpoint STEP, or "
-                     f"the folder {path / f'checkpoint-{complete[-1]}'}" if complete else
-                     "it has no complete checkpoint either")
+            option = "--checkpoint STEP, or " if checkpoint_option else ""
+            offer = (f"use one of its complete checkpoints ({', '.join(map(str, complete))}): {option}the folder "
+                     f"{path / f'checkpoint-{complete[-1]}'}" if complete else "it has no complete checkpoint either")
             raise RunFolderError(f"{flag} {path}: the run has not finished ({run.status}), so its folder holds no "
                                  f"final model; {offer}")
         folder = run.path
