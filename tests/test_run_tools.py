@@ -146,11 +146,15 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
         "checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"]
 
 
-def test_runs_bad_inputs_are_one_line_errors(tmp_path):
+def test_runs_bad_inputs_are_one_line_errors(tmp_path, capsys):
     from rlhf_recipes.tools.runs import main
 
-    assert main([str(tmp_path / "nowhere")]) == 2
-    assert main([str(tmp_path), "--prune", "0"]) == 2
+    for argv, expected in [([str(tmp_path / "nowhere")], "nowhere: no such folder"),
+                           ([str(tmp_path), "--prune", "0"], "--prune 0: K must be at least 1"),
+                           ([str(tmp_path), "--dry-run"], "--dry-run goes with --prune K")]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_start_that_fails_leaves_the_run_finished(runs, tmp_path, capsys):
