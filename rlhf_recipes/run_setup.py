@@ -67,6 +67,7 @@ class RunFolder:
     _aside: Path | None = None  # the previous run, moved here by --overwrite until the new one starts
     _wrote_config: bool = False
     _previous_config: str | None = None
+    _previous_config_times: tuple[int, int] | None = None  # (atime, mtime) in ns, restored with its text
 
     def claim(self, recipe: Recipe) -> None:
         """Make the folder this run's: move an overwritten run aside, write config.yaml (rank 0 only)."""
@@ -82,6 +83,8 @@ class RunFolder:
                 entry.rename(self._aside / entry.name)
         config = self.output_dir / "config.yaml"
         self._previous_config = config.read_text() if config.exists() else None
+        if config.exists():
+            self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
         write_config(recipe, self.output_dir, self.resolved)
         self._wrote_config = True
 
@@ -100,6 +103,9 @@ class RunFolder:
         config = self.output_dir / "config.yaml"
         if self._previous_config is not None:
             config.write_text(self._previous_config)
+            # Its time too: config.yaml newer than final_results.json means "a start in progress" to the tools
+            # (rlhf_recipes/tools/run_folder.py), and this start never happened.
+            os.utime(config, ns=self._previous_config_times)
         elif config.exists():
             config.unlink()
         if self._aside is not None and self._aside.exists():

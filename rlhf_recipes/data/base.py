@@ -36,3 +36,6 @@ class DataSource:
     # (rlhf_recipes/evaluation/heldout.py), and its shipped fixture for the tiny profile.
     heldout_split: str | None = None
     heldout_fixture: str | None = None
+    # The recipe's `system_prompt` -> the system message's text, where a source reads it as a name
+    # (reasoning-gym: 'DeepSeekZero'); None: the text as written.
+    system_prompt_text: Callable[[str | None], str | None] | None = None

@@ -131,4 +131,5 @@ SOURCE = DataSource(
     columns=("prompt", "rg_dataset", "rg_index"),
     normalize=None,
     generate=generate,
+    system_prompt_text=system_prompt_text,
 )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 FIXTURES = Path(__file__).parent / "fixtures"
 logger = logging.getLogger(__name__)
 
-__all__ = ["DROP", "DataError", "DataSource", "SOURCES", "load_splits"]
+__all__ = ["DROP", "DataError", "DataSource", "SOURCES", "chat_prompt", "load_splits", "with_system_prompt"]
 
 
 def _registry() -> dict[str, DataSource]:
@@ -82,11 +82,25 @@ def normalize_rows(dataset: "Dataset", source: DataSource, where: str, system_pr
 
     def apply(row: dict[str, Any], index: int) -> dict[str, Any]:
         out = normalized(row, index)
-        if system_prompt and isinstance(out.get("prompt"), list):
-            out["prompt"] = [{"role": "system", "content": system_prompt}, *out["prompt"]]
+        if isinstance(out.get("prompt"), list):
+            out["prompt"] = with_system_prompt(out["prompt"], source, system_prompt)
         return out
 
     return dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
+
+
+def with_system_prompt(messages: list[dict[str, str]], source: DataSource | None,
+                       system_prompt: str | None) -> list[dict[str, str]]:
+    """A conversational prompt with the recipe's system message in front, as the source's rows get it."""
+    text = source.system_prompt_text(system_prompt) if source and source.system_prompt_text else system_prompt
+    return [{"role": "system", "content": text}, *messages] if text else list(messages)
+
+
+def chat_prompt(recipe, user_text: str) -> list[dict[str, str]]:
+    """What a training row's prompt would be for a user's own question: the user turn, with the recipe's
+    system message as its data source puts it there (`rlhf-recipes chat` asks a trained model this way)."""
+    return with_system_prompt([{"role": "user", "content": user_text}], SOURCES.get(recipe.args.dataset),
+                              recipe.args.system_prompt)
 
 
 def load_splits(recipe) -> tuple["Dataset", "Dataset | None"]:

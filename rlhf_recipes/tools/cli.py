@@ -8,6 +8,9 @@
     rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
+    rlhf-recipes runs --prune 2                             # every run under outputs/; keep 2 checkpoints each
+    rlhf-recipes chat outputs/dpo                           # a local web page: the trained model vs its start
+    rlhf-recipes export outputs/dpo exported/dpo            # a standard Hugging Face model folder + model card
 
 Each command's module keeps its own `main(argv)`; this file only maps names to them, imported on
 use so that `rlhf-recipes compare --help` does not pay for torch.
@@ -40,6 +43,12 @@ COMMANDS: dict[str, Command] = {
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
     "results": Command("rlhf_recipes.tools.results:main",
                        "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),
+    "runs": Command("rlhf_recipes.tools.runs:main",
+                    "list runs (status, steps, metrics, evaluations, size); --prune K keeps K checkpoints per run"),
+    "chat": Command("rlhf_recipes.tools.chat:main",
+                    "a local web page to talk to trained models side by side (needs the [chat] extra)"),
+    "export": Command("rlhf_recipes.tools.export:main",
+                      "a run's model as a standard Hugging Face folder with a model card (LoRA merged on request)"),
 }
 
 

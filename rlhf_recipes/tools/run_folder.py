@@ -1,0 +1,244 @@
+"""What a run folder holds, read through the runner's own helpers: the tools' one view of a run.
+
+A run folder is what `recipes/run.py` writes: config.yaml (the resolved recipe, written first, and
+rewritten by every start, a --resume included), metrics.jsonl, checkpoint-<step>/ folders (complete once
+their manifest is written, checkpoints.py), the trained model, final_results.json (written last, with
+`status`: finished / interrupted / stopped / failed) and, when an evaluation has run, eval/<name>.json.
+
+"Being written": a run whose latest start (config.yaml's time) has no final_results.json written after
+it. The runner writes final_results.json however training ends (an exception included), so such a
+folder is a run in progress, or one whose process was killed outright (SIGKILL, out of memory, a lost
+machine); from the folder alone the two look the same, so tools that delete anything leave both alone.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from rlhf_recipes.checkpoints import checkpoint_step, incomplete_reason, is_checkpoint_dir
+from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_setup import read_run_config
+
+EVAL_SUBDIR = "eval"  # RUN_DIR/eval/<name>.json: one evaluation's results
+RECENT_SECONDS = 15 * 60  # a run without a result that wrote this recently is shown as running
+NOT_RESULTS = {"learning_rate", "epoch"}  # logged each step, but not what a run reached
+_STATUS_WORDS = {"interrupted": "interrupted", "stopped": "stopped by a health check", "failed": "failed"}
+
+
+class RunFolderError(ValueError):
+    """A path that is not what a tool expected (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+    incomplete: str | None  # None: complete (its manifest matches its files), else why not
+    bytes: int
+
+    @property
+    def complete(self) -> bool:
+        return self.incomplete is None
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of every file under `path` (links are not followed)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # removed while we walked (a run writing)
+                pass
+    return total
+
+
+def is_run_dir(path: Path) -> bool:
+    config = path / "config.yaml"
+    if not config.is_file():
+        return False
+    try:
+        return "algorithm" in (read_run_config(path) or {})
+    except Exception:  # noqa: BLE001  (a YAML file that is not a run's config: not a run)
+        return False
+
+
+@dataclass
+class SavedRun:
+    """One run folder, read lazily."""
+
+    path: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    eval_errors: list[str] = field(default_factory=list)  # eval/*.json files that could not be read, and why
+
+    @classmethod
+    def open(cls, path: str | Path) -> "SavedRun":
+        path = Path(path)
+        if not path.is_dir():
+            raise RunFolderError(f"{path}: no such folder (expected a run's output_dir, e.g. outputs/dpo)")
+        if not is_run_dir(path):
+            raise RunFolderError(f"{path}: not a run folder (no config.yaml with an `algorithm`, which "
+                                 "recipes/run.py writes first into its output_dir)")
+        return cls(path, read_run_config(path) or {})
+
+    # --- What the folder says --------------------------------------------------------------
+    @property
+    def algorithm(self) -> str:
+        return str(self.config.get("algorithm"))
+
+    @property
+    def model(self) -> str:
+        return str(self.config.get("model_name_or_path"))
+
+    @property
+    def profile(self) -> str | None:
+        return self.config.get("profile")
+
+    @cached_property
+    def results(self) -> dict[str, Any] | None:
+        """final_results.json, or None where the latest start has written none yet (see `being_written`)."""
+        path = self.path / "final_results.json"
+        # Not newer than config.yaml: from an earlier start (a --resume rewrites config.yaml), or too close to tell.
+        if not path.is_file() or path.stat().st_mtime_ns <= (self.path / "config.yaml").stat().st_mtime_ns:
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:  # being written this very moment
+            return None
+
+    @property
+    def being_written(self) -> bool:
+        return self.results is None
+
+    @cached_property
+    def last_logged_step(self) -> int | None:
+        try:
+            rows = read_metrics(self.path / "metrics.jsonl")
+        except ValueError:  # a line being appended this very moment
+            return None
+        steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+        return max(steps) if steps else None
+
+    @property
+    def steps(self) -> int | None:
+        return self.results.get("steps") if self.results else self.last_logged_step
+
+    def last_write(self) -> float:
+        """The newest modification time of the run's own files and checkpoint folders."""
+        paths = [self.path / n for n in ("config.yaml", "metrics.jsonl", "final_results.json")]
+        paths += [c.path for c in self.checkpoints]
+        return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+
+    @property
+    def status(self) -> str:
+        """finished / interrupted at step N / stopped by a health check at step N / failed at step N /
+        running (step N) / no result, last written ... ago (killed?)."""
+        step = self.steps
+        at = f" at step {step}" if step is not None else ""
+        if self.results is None:
+            idle = time.time() - self.last_write()
+            if idle < RECENT_SECONDS:
+                return f"running (step {step})" if step is not None else "running (starting)"
+            return f"no result{at}, last written {_ago(idle)} ago (killed?)"
+        status = self.results.get("status") or ("interrupted" if self.results.get("interrupted") else "finished")
+        return "finished" if status == "finished" else f"{_STATUS_WORDS.get(status, status)}{at}"
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.results) and self.results.get("status", "finished") == "finished"
+
+    @cached_property
+    def checkpoints(self) -> list[Checkpoint]:
+        """Checkpoint folders, oldest first."""
+        folders = sorted((p for p in self.path.iterdir() if p.is_dir() and is_checkpoint_dir(p)), key=checkpoint_step)
+        return [Checkpoint(p, checkpoint_step(p), incomplete_reason(p), folder_bytes(p)) for p in folders]
+
+    def checkpoint(self, step_or_name: str) -> Checkpoint:
+        """The complete checkpoint named `6`, `checkpoint-6` or by its path; an error names the complete ones."""
+        name = Path(step_or_name).name
+        step = int(name) if name.isdigit() else checkpoint_step(name) if is_checkpoint_dir(name) else None
+        found = next((c for c in self.checkpoints if c.step == step), None)
+        complete = ", ".join(str(c.step) for c in self.checkpoints if c.complete) or "none"
+        if found is None:
+            raise RunFolderError(f"--checkpoint {step_or_name}: {self.path} has no checkpoint-{step} "
+                                 f"(complete checkpoints: {complete})")
+        if not found.complete:
+            raise RunFolderError(f"--checkpoint {step_or_name}: incomplete ({found.incomplete}); complete "
+                                 f"checkpoints: {complete}")
+        return found
+
+    @cached_property
+    def bytes(self) -> int:
+        return folder_bytes(self.path)
+
+    @cached_property
+    def evaluations(self) -> list[dict[str, Any]]:
+        """RUN_DIR/eval/<name>.json results, by name; unreadable files are skipped (named in `eval_errors`)."""
+        out = []
+        folder = self.path / EVAL_SUBDIR
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                data = json.loads(path.read_text())
+            except ValueError as e:
+                self.eval_errors.append(f"{path}: {e}")
+                continue
+            if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+                out.append({"name": data.get("name") or path.stem, **data})
+            else:
+                self.eval_errors.append(f"{path}: no `metrics` mapping")
+        return out
+
+    def final_metrics(self) -> dict[str, float]:
+        """The key numbers a run ended with: its algorithm's key metrics (registry), the loss, and a reward
+        model's held-out evaluation."""
+        from rlhf_recipes.registry import ALGORITHMS, canonical_name
+
+        if not self.results:
+            return {}
+        final = self.results.get("final_metrics") or {}
+        algorithm = ALGORITHMS.get(canonical_name(self.algorithm))
+        keys = [k for k in ("loss", *(algorithm.key_metrics if algorithm else ())) if k not in NOT_RESULTS]
+        out = {k: final[k] for k in keys if isinstance(final.get(k), (int, float))}
+        for k, v in (self.results.get("evaluation") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[f"eval {k}"] = v
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Everything `rlhf-recipes runs` shows, as plain JSON."""
+        return {
+            "run": str(self.path), "algorithm": self.algorithm, "model": self.model, "profile": self.profile,
+            "status": self.status, "being_written": self.being_written, "steps": self.steps,
+            "final_metrics": self.final_metrics(), "evaluations": self.evaluations, "bytes": self.bytes,
+            "checkpoints": [{"step": c.step, "complete": c.complete, "incomplete": c.incomplete, "bytes": c.bytes}
+                            for c in self.checkpoints],
+        }
+
+
+def find_runs(root: str | Path) -> list[SavedRun]:
+    """Run folders at or under `root` (a run's own subfolders, and hidden folders, are not searched)."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [SavedRun.open(root)]
+    found = []
+    for folder, dirs, _ in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        path = Path(folder)
+        if path != root and is_run_dir(path):
+            found.append(SavedRun.open(path))
+            dirs[:] = []
+    return found
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"

@@ -1,0 +1,167 @@
+"""Your runs at a glance, and old checkpoints pruned.
+
+    rlhf-recipes runs                      # every run under outputs/
+    rlhf-recipes runs outputs/hh --json    # the same as JSON
+    rlhf-recipes runs --prune 1 --dry-run  # what keeping the last complete checkpoint per run would free
+    rlhf-recipes runs --prune 2            # keep the last 2 complete checkpoints of each run, delete the rest
+
+One row per run folder (a folder holding a run's config.yaml): algorithm, model, profile, status
+(finished / interrupted at step N / stopped by a health check at step N / failed at step N / running),
+steps, the final key metrics (the algorithm's, from the registry), the evaluations in RUN_DIR/eval/,
+size on disk and checkpoints (complete, and incomplete ones: saves that did not finish).
+
+--prune K keeps the K newest complete checkpoints of every run (K >= 1: the newest complete one is what
+--resume continues from) and deletes its older ones and its incomplete ones. A run being written (no
+final_results.json since its latest start: running, or killed outright) is never touched, and each
+run is checked again right before its checkpoints are deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from rlhf_recipes.tools.run_folder import Checkpoint, SavedRun, find_runs
+
+DEFAULT_ROOT = "outputs"
+
+
+def checkpoints_cell(run: SavedRun) -> str:
+    complete = [c.step for c in run.checkpoints if c.complete]
+    incomplete = len(run.checkpoints) - len(complete)
+    text = f"{len(complete)}" + (f" (last {complete[-1]})" if complete else "")
+    return text + (f", {incomplete} incomplete" if incomplete else "")
+
+
+def metrics_cell(run: SavedRun, limit: int = 3) -> str:
+    items = list(run.final_metrics().items())[:limit]
+    return ", ".join(f"{k} {_number(v)}" for k, v in items) or "-"
+
+
+def evaluations_cell(run: SavedRun) -> str:
+    """One entry per evaluation: its first metric, and the difference from its baseline when there is one."""
+    parts = []
+    for ev in run.evaluations:
+        if not ev["metrics"]:
+            continue
+        metric, value = next(iter(ev["metrics"].items()))
+        diff = (ev.get("difference") or {}).get(metric)
+        text = f"{ev['name']}: {metric} {_number(value)}"
+        if isinstance(diff, dict) and isinstance(diff.get("value"), (int, float)):
+            text += f" ({diff['value']:+.3g}"
+            if isinstance(diff.get("low"), (int, float)) and isinstance(diff.get("high"), (int, float)):
+                text += f" [{diff['low']:+.3g}, {diff['high']:+.3g}]"
+            text += ")"
+        parts.append(text)
+    return "; ".join(parts) or "-"
+
+
+def _number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def print_table(runs: list[SavedRun], root: Path) -> None:
+    from rich.console import Console
+    from rich.filesize import decimal
+    from rich.table import Table
+
+    table = Table(title=f"{len(runs)} run(s) under {root}", title_justify="left")
+    for name in ("run", "algorithm", "model", "profile", "status", "steps", "final metrics", "evaluations",
+                 "size", "checkpoints"):
+        table.add_column(name, justify="right" if name in ("steps", "size") else "left",
+                         overflow="fold")
+    for run in runs:
+        name = str(run.path.relative_to(root)) if run.path != root else run.path.name
+        table.add_row(name, run.algorithm, run.model, run.profile or "-", run.status,
+                      "-" if run.steps is None else str(run.steps), metrics_cell(run), evaluations_cell(run),
+                      decimal(run.bytes), checkpoints_cell(run))
+    # Piped into a file or another program, rich would assume 80 columns: too narrow for ten.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    for run in runs:
+        for problem in run.eval_errors:
+            print(f"warning: skipped an unreadable evaluation: {problem}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------
+# Pruning
+
+
+def prunable(run: SavedRun, keep: int) -> list[Checkpoint]:
+    """The checkpoints --prune KEEP deletes from a run: all but its KEEP newest complete ones. A run being
+    written keeps everything."""
+    if keep < 1:
+        raise ValueError("keep must be >= 1: the newest complete checkpoint is what --resume continues from")
+    if run.being_written:
+        return []
+    complete = [c for c in run.checkpoints if c.complete]
+    kept = {c.step for c in complete[-keep:]}
+    return [c for c in run.checkpoints if c.step not in kept]
+
+
+def prune(runs: list[SavedRun], keep: int, dry_run: bool) -> int:
+    """Delete (or, dry, list) what --prune frees; prints each checkpoint and the total. Returns the bytes."""
+    from rich.filesize import decimal
+
+    verb = "would delete" if dry_run else "deleted"
+    total = 0
+    for run in runs:
+        if run.being_written:
+            print(f"{run.path}: skipped, being written ({run.status}): no final_results.json since its latest start")
+            continue
+        doomed = prunable(run, keep)
+        if not doomed:
+            continue
+        # Checked again just before deleting: a --resume may have started since the listing.
+        if not dry_run and SavedRun.open(run.path).being_written:
+            print(f"{run.path}: skipped, a run started in it meanwhile")
+            continue
+        for c in doomed:
+            if not dry_run:
+                shutil.rmtree(c.path)
+            why = f" (incomplete: {c.incomplete})" if c.incomplete else ""
+            print(f"{run.path}: {verb} {c.path.name}{why}, {decimal(c.bytes)}")
+            total += c.bytes
+    exact = f" ({total} bytes)" if total >= 1000 else ""
+    print(f"{'would free' if dry_run else 'freed'} {decimal(total)}{exact}; kept the last {keep} complete "
+          "checkpoint(s) of every run")
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlhf-recipes runs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", nargs="?", default=DEFAULT_ROOT, help=f"folder to search (default: {DEFAULT_ROOT})")
+    parser.add_argument("--prune", type=int, metavar="K", help="keep the last K complete checkpoints per run")
+    parser.add_argument("--dry-run", "--dry_run", action="store_true", help="with --prune: list, delete nothing")
+    parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of a table")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    root = Path(args.root)
+    if not root.is_dir():
+        print(f"error: {root}: no such folder; pass the folder your runs write to (default {DEFAULT_ROOT}/)",
+              file=sys.stderr)
+        return 2
+    if args.prune is not None and args.prune < 1:
+        print(f"error: --prune {args.prune}: K must be at least 1 (the newest complete checkpoint is what --resume "
+              "continues from; a finished run's model is in the run folder itself)", file=sys.stderr)
+        return 2
+    if args.dry_run and args.prune is None:
+        print("error: --dry-run goes with --prune K", file=sys.stderr)
+        return 2
+    runs = find_runs(root)
+    if args.prune is not None:
+        prune(runs, args.prune, args.dry_run)
+        runs = find_runs(root)
+    if args.json:
+        print(json.dumps([r.summary() for r in runs], indent=2, default=str))
+    elif runs:
+        print_table(runs, root)
+    else:
+        print(f"no runs under {root} (a run folder holds the config.yaml that recipes/run.py writes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
