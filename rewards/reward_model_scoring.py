@@ -134,8 +134,10 @@ def infer_info(config) -> dict[str, Any]:
                      "or *ForTokenClassification)")
 
 
-def load_reward_model(path: str, dtype: str | None = None):
-    """(model, tokenizer, info) of a saved reward model; `info` says how it reads its input."""
+def load_reward_model(path: str, dtype: str | None = None, **from_pretrained):
+    """(model, tokenizer, info) of a saved reward model; `info` says how it reads its input.
+
+    `from_pretrained`: further loading options (e.g. a quantization_config and device_map for evaluation)."""
     from transformers import (
         AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
     )
@@ -144,7 +146,9 @@ def load_reward_model(path: str, dtype: str | None = None):
     config = AutoConfig.from_pretrained(path)
     info = getattr(config, "reward_model", None) or infer_info(config)
     cls = AutoModelForSequenceClassification if info["kind"] == "preference" else AutoModelForTokenClassification
-    model = cls.from_pretrained(path, dtype=getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+    if isinstance(dtype, str) and dtype != "auto":
+        dtype = getattr(torch, dtype)
+    model = cls.from_pretrained(path, **{"dtype": dtype, **from_pretrained})
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -51,7 +51,7 @@ class RewardModelEvaluator(Evaluator):
 
         try:
             if self.options.quantize:
-                model, tokenizer, info = self._load_quantized(path, load_kwargs(self.recipe, self.options))
+                model, tokenizer, info = load_reward_model(path, **load_kwargs(self.recipe, self.options))
             else:
                 model, tokenizer, info = load_reward_model(path, self.options.dtype)
                 model.to(device_of(self.options))
@@ -63,25 +63,6 @@ class RewardModelEvaluator(Evaluator):
                             "it was trained with")
         model.reward_model_info = info
         return model.eval(), tokenizer
-
-    def _load_quantized(self, path: str, kwargs: dict):
-        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification
-        from transformers import AutoTokenizer
-
-        from rewards.reward_model_files import resolve_reward_model_dir
-        from rewards.reward_model_scoring import infer_info
-
-        path = resolve_reward_model_dir(path)
-        config = AutoConfig.from_pretrained(path)
-        info = getattr(config, "reward_model", None) or infer_info(config)
-        cls = AutoModelForSequenceClassification if info["kind"] == "preference" else AutoModelForTokenClassification
-        model = cls.from_pretrained(path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
-        return model, tokenizer, info
 
     def load_baseline(self, path: str):
         """The starting model with the head training began from (the family's own seeded initialisation)."""

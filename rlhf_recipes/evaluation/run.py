@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime
 import gc
 import logging
-import math
 import time
 from typing import Any
 
 from rlhf_recipes.evaluation.base import EvalOptions, Evaluator, Scores, difference, summarize
+from rlhf_recipes.json_safe import json_safe
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +134,4 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         result["details"] = after.details
     if before is not None and before.details:
         result["baseline_details"] = before.details
-    return _finite(result)
-
-
-def _finite(value):
-    """NaN/inf -> None: the JSON stays standard (a metric without trials has no interval)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    return json_safe(result)

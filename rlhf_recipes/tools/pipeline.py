@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import RECIPES_DIR, recipe_path
-from rlhf_recipes.tools.json_safe import json_safe
+from rlhf_recipes.json_safe import json_safe
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from rlhf_recipes.tools.compare.verdict import (
     compare_to_reference,
     final_mean,
 )
-from rlhf_recipes.tools.json_safe import json_safe
+from rlhf_recipes.json_safe import json_safe
 
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
