@@ -57,3 +57,19 @@ def load_causal_lm(model_args):
     return AutoModelForCausalLM.from_pretrained(
         resolve_model_path(model_args.model_name_or_path), **model_init_kwargs(model_args)
     )
+
+
+def copy_chat_template(tokenizer, source: str) -> None:
+    """Set `tokenizer.chat_template` to that of the tokenizer at `source`: nothing else changes
+    (no tokens added, no embedding resize), as the book does for OLMo-2 base."""
+    from transformers import AutoTokenizer
+
+    donor = AutoTokenizer.from_pretrained(resolve_model_path(source))
+    template = donor.get_chat_template()
+    if tokenizer.chat_template is not None and tokenizer.chat_template != template:
+        logger.warning("chat_template_from %s replaces the tokenizer's own chat template", source)
+    missing = [t for t in (donor.eos_token, donor.bos_token) if t is not None and t not in tokenizer.get_vocab()]
+    if missing:
+        logger.warning("chat_template_from %s: tokens %s of its tokenizer are not in this one; the template renders "
+                       "this tokenizer's own bos/eos", source, missing)
+    tokenizer.chat_template = template

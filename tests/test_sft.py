@@ -121,7 +121,7 @@ def _prepared_example(tokenizer, row: dict, tmp_path):
 def test_completion_mask_is_the_final_assistant_turn(tmp_path):
     from transformers import AutoTokenizer
 
-    from rlhf_recipes.families.sft import copy_chat_template
+    from rlhf_recipes.models import copy_chat_template
     from rlhf_recipes.tiny import tiny_model_path
 
     # A system turn and two exchanges: only the SECOND answer is the target.

@@ -67,7 +67,7 @@ class RewardModelEvaluator(Evaluator):
     def load_baseline(self, path: str):
         """The starting model with the head training began from (the family's own seeded initialisation)."""
         from rlhf_recipes.evaluation.loading import device_of
-        from rlhf_recipes.families.reward_model import reward_model_info
+        from rlhf_recipes.data.reward_model_examples import reward_model_info
         from rlhf_recipes.models import load_tokenizer
         from rlhf_recipes.registry import family_of
 
@@ -97,7 +97,8 @@ class RewardModelEvaluator(Evaluator):
 
     def score(self, model, tokenizer) -> Scores:
         from rewards.reward_model_scoring import sequence_rewards
-        from rlhf_recipes.families.reward_model import demo, evaluate, reward_model_info, tokenize_split
+        from rlhf_recipes.data.reward_model_examples import reward_model_info, tokenize_split
+        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate
 
         rows, data = self.data()
         info = getattr(model, "reward_model_info", None) or reward_model_info(self.recipe)

@@ -28,7 +28,7 @@ class SftEvaluator(Evaluator):
         model, tokenizer = super().load(path)
         template_from = getattr(self.recipe.training, "chat_template_from", None)
         if tokenizer.chat_template is None and template_from:  # a base model: the template training copied
-            from rlhf_recipes.families.sft import copy_chat_template
+            from rlhf_recipes.models import copy_chat_template
 
             copy_chat_template(tokenizer, template_from)
         return model, tokenizer

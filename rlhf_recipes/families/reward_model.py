@@ -5,24 +5,22 @@ The algorithm's config class says which kind it trains (`rm_kind`):
               token; TRL's RewardTrainer on pre-tokenized pairs (truncated, not dropped);
   outcome     AutoModelForTokenClassification, 1 label: one logit per token (OutcomeRMTrainer);
   process     AutoModelForTokenClassification, 3 labels (bad/neutral/good) (ProcessRMTrainer).
-Rows are tokenized here, once per run, with the layout of rewards/reward_model_encoding.py;
-the run's log gets the token-length statistics and the count of dropped examples. At the end
-of training `final_results` evaluates the model on the held-out split (pairwise accuracy and
-margin, top-1 / pairwise accuracy over rollouts, step accuracy) and scores a correct and a
-perturbed answer (the book's demo); `rlhf-recipes evaluate` does the same for a saved model.
+Rows are tokenized once per run (rlhf_recipes/data/reward_model_examples.py, the layout of
+rewards/reward_model_encoding.py); the run's log gets the token-length statistics and the count of
+dropped examples. At the end of training `final_results` evaluates the model on the held-out split
+(pairwise accuracy and margin, top-1 / pairwise accuracy over rollouts, step accuracy) and scores a
+correct and a perturbed answer, the book's demo (rlhf_recipes/evaluation/reward_model_book.py);
+`rlhf-recipes evaluate` does the same for a saved model, with intervals.
 The family's hooks (`RewardModels`, at the end) override rlhf_recipes/families/base.py's defaults.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import re
 from typing import Any
 
-from rlhf_recipes.data.base import DataError
-from rlhf_recipes.data.sources import FIXTURES
+from rlhf_recipes.data.reward_model_examples import reward_model_info, rm_kind, tokenize_split
+from rlhf_recipes.evaluation.reward_model_book import demo, evaluate
 from rlhf_recipes.families.base import Family
 
 logger = logging.getLogger(__name__)
@@ -40,129 +38,6 @@ TINY_OVERLAY = {  # on top of config.TINY_COMMON
 
 NUM_LABELS = {"preference": 1, "outcome": 1, "process": 3}
 STEP_LABELS = {0: "bad", 1: "neutral", 2: "good"}
-
-
-def _kind(recipe) -> str:
-    return type(recipe.training).rm_kind
-
-
-def reward_model_info(recipe) -> dict[str, Any]:
-    """How this RM reads its input; saved in the model's config.json (`reward_model`) so a
-    saved RM is scored the way it was trained, wherever it is loaded."""
-    cfg, kind = recipe.training, _kind(recipe)
-    info: dict[str, Any] = {"kind": kind, "algorithm": recipe.algorithm.name, "max_length": cfg.max_length,
-                            "truncation_mode": cfg.truncation_mode}
-    if kind == "outcome":
-        info["score_reduction"] = cfg.score_reduction
-    if kind == "process":
-        info.update(prompt_template=cfg.prompt_template, step_separator=cfg.step_separator)
-    return info
-
-
-# --------------------------------------------------------------------------------------
-# Data
-
-
-def tokenize_split(recipe, tokenizer, rows, split: str):
-    """Normalized rows -> (tokenized Dataset, statistics); logs the statistics once."""
-    from datasets import Dataset
-
-    from custom_losses.reward_models.data import preference_examples, rollout_examples, step_examples
-
-    cfg, kind = recipe.training, _kind(recipe)
-    rows = rows.to_list() if hasattr(rows, "to_list") else list(rows)
-    if kind == "preference":
-        examples, stats = preference_examples(rows, tokenizer, cfg.max_length, cfg.truncation_mode)
-    elif kind == "outcome":
-        examples, stats = rollout_examples(rows, tokenizer, cfg.max_length, cfg.max_rollouts_per_prompt)
-    else:
-        examples, stats = step_examples(rows, tokenizer, cfg.max_length, cfg.max_reasoning_steps,
-                                        cfg.prompt_template, cfg.step_separator)
-    stats = {"rows": len(rows), **stats}
-    _log_stats(split, stats)
-    if not examples:
-        raise DataError(f"{recipe.source}: no {split} examples left after tokenization: {stats}")
-    return Dataset.from_list(examples), stats
-
-
-def _log_stats(split: str, stats: dict) -> None:
-    import os
-
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
-    lengths = stats.get("lengths", {})
-    count = {k: v for k, v in stats.items() if k not in ("lengths", "dropped", "rows")}
-    logger.info(
-        "%s data: %d rows -> %s; dropped %s; tokens per sequence before truncation: mean %s, p99 %s, max %s; "
-        "%.1f%% over max_length %s",
-        split, stats["rows"], ", ".join(f"{v} {k}" for k, v in count.items()), stats.get("dropped") or "none",
-        lengths.get("mean"), lengths.get("p99"), lengths.get("max"), 100 * lengths.get("fraction_truncated", 0.0),
-        lengths.get("max_length"),
-    )
-    for reason, n in (stats.get("dropped") or {}).items():
-        logger.warning("%s data: dropped %d examples: %s", split, n, reason)
-
-
-# --------------------------------------------------------------------------------------
-# Evaluation
-
-
-def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict[str, Any]:
-    """The book's evaluation numbers on a tokenized split (every process scores all of it)."""
-    from custom_losses.reward_models.losses import preference_metrics, rollout_metrics, step_metrics
-    from rewards.reward_model_scoring import rollout_rewards, sequence_rewards, step_probabilities
-
-    pad_id = tokenizer.pad_token_id
-    kind = info["kind"]
-    if kind == "preference":
-        chosen, rejected = list(dataset["chosen_ids"]), list(dataset["rejected_ids"])
-        rewards = sequence_rewards(model, chosen + rejected, pad_id, batch_size)
-        return preference_metrics(rewards[: len(chosen)], rewards[len(chosen):])
-    if kind == "outcome":
-        scores = rollout_rewards(model, list(dataset["input_ids"]), list(dataset["completion_mask"]), pad_id,
-                                 batch_size, info.get("score_reduction", "last"))
-        return rollout_metrics(scores, dataset["rewards"], dataset["group"])
-    ids, labels = list(dataset["input_ids"]), list(dataset["labels"])
-    positions = [[i for i, y in enumerate(lab) if y != -100] for lab in labels]
-    probs = step_probabilities(model, ids, positions, pad_id, batch_size)
-    predictions = [max(range(3), key=p.__getitem__) for row in probs for p in row]
-    truth = [lab[i] for lab, pos in zip(labels, positions) for i in pos]
-    return step_metrics(predictions, truth)
-
-
-def evaluate_saved(path: str, recipe, split: str = "eval", batch_size: int = 8, dtype: str | None = None,
-                   device: str | None = None) -> dict[str, Any]:
-    """Evaluate a saved reward model on the recipe's held-out split ('eval') or on every row ('all')."""
-    import torch
-    from datasets import concatenate_datasets
-
-    from rlhf_recipes.data import load_splits
-
-    from rewards.reward_model_scoring import load_reward_model
-
-    model, tokenizer, info = load_reward_model(path, dtype)
-    if info["kind"] != _kind(recipe):
-        raise ValueError(f"{path} is a {info['kind']} reward model but {recipe.source} trains a {_kind(recipe)} "
-                         f"one (algorithm {recipe.algorithm.name}); pass the recipe it was trained with")
-    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    train, eval = load_splits(recipe)
-    if split == "all":
-        rows = train if eval is None else concatenate_datasets([train, eval])
-    elif eval is None:
-        raise ValueError(f"{recipe.source}: eval_fraction is 0, so there is no held-out split; use --split all "
-                         "(e.g. with --data_files held_out.jsonl) or set --eval_fraction")
-    else:
-        rows = eval
-    dataset, stats = tokenize_split(recipe, tokenizer, rows, split)
-    return {
-        "model": str(path),
-        "recipe": recipe.source,
-        "kind": info["kind"],
-        "split": split,
-        "data": stats,
-        "evaluation": evaluate(info, model, tokenizer, dataset, batch_size),
-        "demo": demo(info, model, tokenizer, rows, recipe.args.system_prompt),
-    }
 
 
 def _merged_for_scoring(recipe, trainer):
@@ -192,120 +67,6 @@ def _merged_for_scoring(recipe, trainer):
 
 
 # --------------------------------------------------------------------------------------
-# Demo: a correct and a perturbed answer, scored
-
-
-_EXPLAIN_PROMPT = "Explain what a prime number is, in simple terms."
-_GOOD_EXPLANATION = ("A prime number is a whole number greater than 1 that can only be divided evenly by 1 and by "
-                     "itself. For example, 7 is prime, because no other number divides it, but 8 is not: 2 and 4 "
-                     "divide it.")
-_POOR_EXPLANATION = "Prime numbers are a kind of number. They are used in math. I do not really know more about them."
-
-
-def _gsm8k_demo_questions(n: int = 2) -> list[tuple[str, str, str, str]]:
-    """(question, correct solution, perturbed solution, description) from real GSM8K test rows."""
-    rows = [json.loads(line) for line in (FIXTURES / "gsm8k" / "test.jsonl").read_text().splitlines() if line.strip()]
-    out = []
-    for row in rows[:n]:
-        solution = re.sub(r"<<[^>]*>>", "", row["answer"]).strip()
-        body, gold = solution.rsplit("####", 1)
-        gold = gold.strip()
-        wrong = str(int(float(gold.replace(",", ""))) + 3)
-        out.append((row["question"], solution, f"{body.rstrip()}\n#### {wrong}", f"final answer {gold} -> {wrong}"))
-    return out
-
-
-def _clip(text: Any, n: int = 160) -> str:
-    if isinstance(text, list):
-        text = " | ".join(f"{m.get('role')}: {m.get('content')}" for m in text)
-    text = str(text).replace("\n", "\\n")
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None = None) -> list[dict[str, Any]]:
-    """A few scored examples: the book's correct-vs-perturbed answer, and held-out rows."""
-    from rewards.reward_model_encoding import encode_rollout, encode_sequence, encode_steps, truncate
-    from rewards.reward_model_scoring import rollout_rewards, sequence_rewards, step_probabilities
-
-    kind, pad_id = info["kind"], tokenizer.pad_token_id
-    max_length, mode = info.get("max_length"), info.get("truncation_mode", "keep_start")
-    items: list[dict[str, Any]] = []
-    if kind == "preference":
-        pairs = [("written: a good vs a poor explanation", [{"role": "user", "content": _EXPLAIN_PROMPT}],
-                  [{"role": "assistant", "content": _GOOD_EXPLANATION}],
-                  [{"role": "assistant", "content": _POOR_EXPLANATION}])]
-        held_out = eval_rows.select(range(min(2, len(eval_rows)))).to_list() if eval_rows is not None else []
-        for i, row in enumerate(held_out):
-            pairs.append((f"held-out pair {i} (chosen vs rejected)", row.get("prompt"), row["chosen"], row["rejected"]))
-        seqs = [truncate(encode_sequence(tokenizer, p, c), max_length, mode) for _, p, a, b in pairs for c in (a, b)]
-        scores = sequence_rewards(model, seqs, pad_id)
-        for k, (what, prompt, a, b) in enumerate(pairs):
-            sa, sb = scores[2 * k], scores[2 * k + 1]
-            items.append({"example": what, "prompt": _clip(prompt), "better": _clip(a), "worse": _clip(b),
-                          "score_better": round(sa, 4), "score_worse": round(sb, 4), "prefers_better": sa > sb})
-        return items
-
-    questions = _gsm8k_demo_questions()
-    if kind == "outcome":
-        sys_msg = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        seqs, masks = [], []
-        for question, good, bad, _ in questions:
-            for completion in (good, bad):
-                ids, start = encode_rollout(tokenizer, sys_msg + [{"role": "user", "content": question}], completion)
-                mask = [0] * start + [1] * (len(ids) - start)
-                seqs.append(truncate(ids, max_length, mode))
-                masks.append(truncate(mask, max_length, mode))
-        scores = rollout_rewards(model, seqs, masks, pad_id, reduction=info.get("score_reduction", "last"))
-        for k, (question, good, bad, what) in enumerate(questions):
-            sa, sb = scores[2 * k], scores[2 * k + 1]
-            items.append({"example": f"GSM8K test: correct vs perturbed ({what})", "prompt": _clip(question),
-                          "better": _clip(good), "worse": _clip(bad), "score_better": round(sa, 4),
-                          "score_worse": round(sb, 4), "prefers_better": sa > sb})
-        return items
-
-    # process: per-step P(good) of a correct and a perturbed solution, split one line per step
-    template, sep = info["prompt_template"], info["step_separator"]
-    traces = []
-    for question, good, bad, what in questions:
-        for label, solution in (("correct", good), ("perturbed", bad)):
-            lines = [line for line in solution.split("\n") if line.strip()]
-            steps = lines[:-1] + ["# Answer\n\n" + lines[-1].replace("####", "").strip()]
-            traces.append((f"GSM8K test, {label} ({what})", question, steps))
-    encoded = [encode_steps(tokenizer, q, s, template, sep) for _, q, s in traces]
-    probs = step_probabilities(model, [e[0] for e in encoded], [e[1] for e in encoded], pad_id)
-    for (what, question, steps), p in zip(traces, probs):
-        p_good = [round(x[2], 4) for x in p]
-        p_bad = [round(x[0], 4) for x in p]
-        solution_score = math.prod(1 - b for b in p_bad)
-        items.append({"example": what, "prompt": _clip(question), "steps": [_clip(s, 80) for s in steps],
-                      "p_good": p_good, "p_bad": p_bad, "p_no_bad_step": round(solution_score, 4)})
-    return items
-
-
-def format_report(results: dict[str, Any]) -> str:
-    """A plain-text table of the evaluation numbers and the demo."""
-    lines = []
-    evaluation = results.get("evaluation") or {}
-    if evaluation:
-        width = max(len(k) for k in evaluation)
-        lines.append("evaluation")
-        for k, v in evaluation.items():
-            lines.append(f"  {k:<{width}}  {v:.4f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
-    for item in results.get("demo") or []:
-        lines.append(f"demo: {item['example']}")
-        lines.append(f"  prompt: {item['prompt']}")
-        if "steps" in item:
-            for step, g, b in zip(item["steps"], item["p_good"], item["p_bad"]):
-                lines.append(f"  P(good) {g:.3f}  P(bad) {b:.3f}  {step}")
-            lines.append(f"  P(no bad step) = {item['p_no_bad_step']:.4f}")
-        else:
-            lines.append(f"  {item['score_better']:+.4f}  better: {item['better']}")
-            lines.append(f"  {item['score_worse']:+.4f}  worse:  {item['worse']}")
-            lines.append(f"  prefers the better one: {item['prefers_better']}")
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------
 # The family
 
 
@@ -317,15 +78,15 @@ class RewardModels(Family):
     compare_metrics = ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss")
 
     def sequences_per_example(self, recipe) -> int:
-        return 2 if _kind(recipe) == "preference" else 1  # a preference pair, or one rollout / solution
+        return 2 if rm_kind(recipe) == "preference" else 1  # a preference pair, or one rollout / solution
 
     def scoring_head(self, recipe) -> tuple[int, bool] | None:
         """The book's head: Linear(hidden, 1) without bias, or Linear(hidden, 3) with bias for a PRM."""
-        kind = _kind(recipe)
+        kind = rm_kind(recipe)
         return NUM_LABELS[kind], kind == "process"
 
     def trains_with_trl_trainer(self, recipe) -> bool:
-        return _kind(recipe) == "preference"  # ORM/PRM: our plain transformers.Trainer subclasses
+        return rm_kind(recipe) == "preference"  # ORM/PRM: our plain transformers.Trainer subclasses
 
     def load_model(self, recipe, tokenizer):
         from transformers import (
@@ -334,7 +95,7 @@ class RewardModels(Family):
 
         from rlhf_recipes.models import model_init_kwargs, resolve_model_path
 
-        kind = _kind(recipe)
+        kind = rm_kind(recipe)
         path = resolve_model_path(recipe.model.model_name_or_path)
         kwargs = model_init_kwargs(recipe.model)
         set_seed(recipe.training.seed)  # the new head's initialisation
@@ -361,7 +122,7 @@ class RewardModels(Family):
         peft_config = get_peft_config(recipe.model)
         if peft_config is not None:  # a classification task, and the new head trains and is saved with the adapter
             if str(peft_config.task_type) in ("CAUSAL_LM", "TaskType.CAUSAL_LM"):  # ModelConfig's default
-                peft_config.task_type = "SEQ_CLS" if _kind(recipe) == "preference" else "TOKEN_CLS"
+                peft_config.task_type = "SEQ_CLS" if rm_kind(recipe) == "preference" else "TOKEN_CLS"
             peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | {"score"})
             # The head trains in full; with `all-linear` targets it would also get a LoRA adapter of its own.
             peft_config.exclude_modules = sorted(set(peft_config.exclude_modules or []) | {"score"})

@@ -16,26 +16,9 @@ import os
 from typing import Any
 
 from rlhf_recipes.families.base import Family
+from rlhf_recipes.models import copy_chat_template
 
 logger = logging.getLogger(__name__)
-
-
-def copy_chat_template(tokenizer, source: str) -> None:
-    """Set `tokenizer.chat_template` to that of the tokenizer at `source`: nothing else changes
-    (no tokens added, no embedding resize), as the book does for OLMo-2 base."""
-    from transformers import AutoTokenizer
-
-    from rlhf_recipes.models import resolve_model_path
-
-    donor = AutoTokenizer.from_pretrained(resolve_model_path(source))
-    template = donor.get_chat_template()
-    if tokenizer.chat_template is not None and tokenizer.chat_template != template:
-        logger.warning("chat_template_from %s replaces the tokenizer's own chat template", source)
-    missing = [t for t in (donor.eos_token, donor.bos_token) if t is not None and t not in tokenizer.get_vocab()]
-    if missing:
-        logger.warning("chat_template_from %s: tokens %s of its tokenizer are not in this one; the template renders "
-                       "this tokenizer's own bos/eos", source, missing)
-    tokenizer.chat_template = template
 
 
 class SupervisedFineTuning(Family):

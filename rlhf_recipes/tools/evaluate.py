@@ -159,7 +159,7 @@ def print_report(result: dict) -> None:
     print(f"throughput: {_fmt(rate)} problems/s" + (f", {_fmt(tokens)} generated tokens/s" if tokens else ""))
     details = result.get("details")
     if details and "demo" in details:
-        from rlhf_recipes.families.reward_model import format_report
+        from rlhf_recipes.evaluation.reward_model_book import format_report
 
         print(format_report(details))
     for sample in result.get("samples", [])[:2]:
