@@ -44,6 +44,7 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
+    nano: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the nano profile
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
