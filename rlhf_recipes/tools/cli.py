@@ -8,6 +8,7 @@
     rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
+    rlhf-recipes nano-book                                  # every policy gradient on nano, one figure
 
 Each command's module keeps its own `main(argv)`; this file only maps names to them, imported on
 use so that `rlhf-recipes compare --help` does not pay for torch.
@@ -38,6 +39,8 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",
                         "held-out task accuracy of a run (any family), before / after with intervals"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
+    "nano-book": Command("rlhf_recipes.tools.nano_book:main",
+                         "every policy-gradient recipe on the nano profile: held-out gains, one figure, a table"),
     "results": Command("rlhf_recipes.tools.results:main",
                        "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),
 }

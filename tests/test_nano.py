@@ -1,0 +1,87 @@
+"""The nano profile: its SFT base builds deterministically into the stated band, and GRPO makes it better at the
+book's task (spell_backward), measured by the held-out evaluation with the book's correctness reward.
+
+The base is built once for the module (recipes/nano_sft.yaml through the runner, about a minute on one thread).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES
+
+GRPO_STEPS = 160  # 40 rollout batches on the nano overlay: ~1 minute on one CPU thread
+
+
+@pytest.fixture(scope="module")
+def nano_base() -> Path:
+    from rlhf_recipes.nano import nano_model_path
+
+    return Path(nano_model_path())
+
+
+def _evaluate(*argv: str) -> dict:
+    from rlhf_recipes.tools.evaluate import main
+
+    output = Path(argv[argv.index("--output") + 1])
+    assert main(list(argv)) == 0
+    return json.loads(output.read_text())
+
+
+def test_tokenizer_spells_words_letter_by_letter_and_keeps_the_prompt_short():
+    from rlhf_recipes.data.reasoning_gym import system_prompt_text
+    from rlhf_recipes.nano import QUESTION_PREFIX, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    chat = [{"role": "system", "content": system_prompt_text("DeepSeekZero")},
+            {"role": "user", "content": QUESTION_PREFIX + "appall"}]
+    prompt = tokenizer(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))["input_ids"]
+    assert len(prompt) < 45  # the ~350-byte system prompt and the question prefix are one token each
+    answer = tokenizer("<answer>llappa</answer>")["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(answer) == ["<answer>", *"llappa", "</answer>"]
+
+
+def test_nano_base_is_built_by_the_sft_recipe_and_lands_in_the_band(nano_base, tmp_path):
+    import yaml
+
+    record = yaml.safe_load((nano_base / "config.yaml").read_text())  # the SFT run's resolved recipe
+    assert record["algorithm"] == "sft" and record["resolved_from"].endswith("nano_sft.yaml")
+    result = _evaluate("nano", "--recipe", str(RECIPES / "grpo.yaml"), "--profile", "nano", "--batch_size", "50",
+                       "--output", str(tmp_path / "base.json"))
+    assert result["data"]["problems"] == 200 and result["metrics"]["format_rate"] > 0.9
+    assert 0.10 <= result["metrics"]["exact_match"] <= 0.40, result["metrics"]  # partly competent, room for RL
+
+
+def test_nano_sft_is_deterministic(nano_base, tmp_path):
+    """Two short runs of the base's recipe give the same weights, bit for bit (the base is rebuilt anywhere)."""
+    from safetensors.torch import load_file
+
+    from rlhf_recipes.nano import nano_init_path
+    from rlhf_recipes.train import main
+
+    weights = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert main([str(RECIPES / "nano_sft.yaml"), "--max_steps", "3", "--num_samples", "400",
+                     "--output_dir", str(out)]) == 0
+        weights.append(load_file(str(out / "model.safetensors")))
+    assert weights[0].keys() == weights[1].keys()
+    assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+    init = load_file(str(Path(nano_init_path()) / "model.safetensors"))
+    assert any(not (init[k] == weights[0][k]).all() for k in init)  # and training did change them
+
+
+def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
+    """A short seeded GRPO run raises the held-out mean of the book's correctness reward (reasoning-gym's
+    score_answer, partial credit) by at least 0.03 over the base, with the paired 95% interval above zero."""
+    from rlhf_recipes.train import main
+
+    run = tmp_path / "grpo"
+    assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", str(GRPO_STEPS),
+                 "--output_dir", str(run)]) == 0
+    result = _evaluate(str(run), "--baseline", "--batch_size", "50", "--output", str(tmp_path / "eval.json"))
+    gain = result["difference"]["mean_score"]
+    assert gain["value"] >= 0.03 and gain["low"] > 0, gain
