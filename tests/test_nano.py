@@ -44,6 +44,29 @@ def test_tokenizer_spells_words_letter_by_letter_and_keeps_the_prompt_short():
     assert tokenizer.convert_ids_to_tokens(answer) == ["<answer>", *"llappa", "</answer>"]
 
 
+def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
+    """Every policy-gradient recipe resolves on nano: the embedded model, the book's task in the nano word range,
+    the algorithm's own registry defaults untouched; a family without a nano overlay is refused in one line."""
+    from rlhf_recipes.config import RecipeError, load_recipe
+    from rlhf_recipes.registry import ALGORITHMS
+    from rlhf_recipes.tools.nano_book import nano_algorithms
+
+    names = nano_algorithms()
+    assert len(names) == 10 and "ppo" in names and "dpo" not in names
+    for name in names:
+        recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
+        assert recipe.value("model_name_or_path") == "nano" and recipe.origin["learning_rate"] == "profile nano"
+        assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
+        for key, value in ALGORITHMS[name].defaults.items():
+            assert recipe.value(key) == value, (name, key)
+        assert recipe.value("generation_batch_size") % recipe.value("effective_batch_size") == 0
+    explicit = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--learning_rate", "3e-5"],
+                           construct=False)
+    assert explicit.value("learning_rate") == 3e-5  # the command line still wins over the profile
+    with pytest.raises(RecipeError, match="profile `nano` does not run the direct_alignment family"):
+        load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+
+
 def test_nano_base_is_built_by_the_sft_recipe_and_lands_in_the_band(nano_base, tmp_path):
     import yaml
 
