@@ -99,7 +99,8 @@ def test_nano_sft_is_deterministic(nano_base, tmp_path):
 
 def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
     """A short seeded GRPO run raises the held-out mean of the book's correctness reward (reasoning-gym's
-    score_answer, partial credit) by at least 0.03 over the base, with the paired 95% interval above zero."""
+    score_answer, partial credit) by at least 0.05 over the base, with the paired 95% interval above zero.
+    Measured on this 2-core machine: +0.096 [+0.069, +0.122] (exact match 21% -> 36%) in ~45 s."""
     from rlhf_recipes.train import main
 
     run = tmp_path / "grpo"
@@ -107,4 +108,4 @@ def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
                  "--output_dir", str(run)]) == 0
     result = _evaluate(str(run), "--baseline", "--batch_size", "50", "--output", str(tmp_path / "eval.json"))
     gain = result["difference"]["mean_score"]
-    assert gain["value"] >= 0.03 and gain["low"] > 0, gain
+    assert gain["value"] >= 0.05 and gain["low"] > 0, gain
