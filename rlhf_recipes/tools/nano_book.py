@@ -85,7 +85,8 @@ def train(algorithm: str, run: Path, args: argparse.Namespace) -> float:
                               env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"{algorithm}: `{' '.join(command)}` exited {done.returncode}; see {run}/nano_book_train.log")
+        raise RuntimeError(f"{algorithm}: `{' '.join(command)}` exited {done.returncode}; "
+                           f"see {run}/nano_book_train.log")
     timing.write_text(json.dumps({"wall_s": wall, "command": command}))
     return wall
 
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(record=True)
     console.print(table(rows))
     (args.out / "nano_book_table.txt").write_text(console.export_text(), encoding="utf-8")
-    settings = {k: v for k, v in vars(args).items() if k != "algorithm_list"}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
     (args.out / "nano_book.json").write_text(json.dumps(json_safe({
         "what": "policy-gradient recipes on the nano profile (this project's CPU runs, not the book's)",
         "base": base, "settings": settings, "algorithms": rows}), indent=2), encoding="utf-8")
