@@ -109,3 +109,25 @@ def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
     result = _evaluate(str(run), "--baseline", "--batch_size", "50", "--output", str(tmp_path / "eval.json"))
     gain = result["difference"]["mean_score"]
     assert gain["value"] >= 0.05 and gain["low"] > 0, gain
+
+
+def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(tmp_path):
+    """The recorded nano runs (reference_runs/nano/) go through nano-book's own summary, plot and table: every
+    algorithm of the family is there with a gain, its interval and a wall time; a bad --algorithms is refused."""
+    from rlhf_recipes.paths import REFERENCE_RUNS_DIR
+    from rlhf_recipes.tools.nano_book import nano_algorithms, parse, plot, summary, table
+
+    rows = []
+    for name in nano_algorithms():
+        run = REFERENCE_RUNS_DIR / "nano" / name
+        wall = json.loads((run / "nano_book_wall_s.json").read_text())["wall_s"]
+        row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()))
+        low, high = row["gain_interval"]
+        assert low <= row["gain"] <= high and row["curves"]["heldout"] and row["curves"]["reward"]
+        rows.append(row)
+    plot(rows, tmp_path / "nano_book.png")
+    assert (tmp_path / "nano_book.png").stat().st_size > 10_000
+    assert table(rows).row_count == len(nano_algorithms())
+    with pytest.raises(SystemExit) as stop:
+        parse(["--algorithms", "grpo,dpo"])
+    assert stop.value.code == 2
