@@ -180,7 +180,8 @@ class Recipe:
 # Command line
 
 
-USAGE = "usage: recipes/run.py RECIPE.yaml [--profile tiny] [--resume] [--KEY VALUE ...]   (RECIPE.yaml --help: its keys)"
+USAGE = ("usage: recipes/run.py RECIPE.yaml [--profile tiny|nano] [--resume] [--KEY VALUE ...]   "
+         "(RECIPE.yaml --help: its keys)")
 
 
 def recipe_help(argv: list[str]) -> str:
