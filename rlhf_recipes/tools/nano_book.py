@@ -182,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for algorithm in tqdm(args.algorithm_list, desc="nano-book", unit="algorithm"):
         run = args.out / algorithm
-        wall = train(algorithm, run, args)
-        rows.append(summary(algorithm, run, wall, evaluate(run, args)))
+        try:
+            wall = train(algorithm, run, args)
+            rows.append(summary(algorithm, run, wall, evaluate(run, args)))
+        except RuntimeError as e:  # a run that failed: say which and where its log is; the others stay reusable
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     plot(rows, args.out / "nano_book.png")
     console = Console(record=True)
     console.print(table(rows))
