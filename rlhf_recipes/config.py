@@ -30,7 +30,7 @@ from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
 from rlhf_recipes.validation import check_ranges
 
-PROFILES = ("tiny",)
+PROFILES = ("tiny", "nano")
 MODEL_CONFIG = "trl:ModelConfig"  # model, dtype, attention, LoRA / 4-bit options
 
 # What `--profile tiny` sets for every recipe: the embedded model, fp32 on CPU, a few logged
@@ -46,6 +46,20 @@ TINY_COMMON: dict[str, Any] = {
     "dataloader_num_workers": 0,
 }
 
+# What `--profile nano` sets for every recipe of a family that runs on nano (a family's `nano_overlay` is not
+# None): the embedded nano model, a 0.7M-parameter Qwen3 trained by recipes/nano_sft.yaml on the book's task
+# (rlhf_recipes/nano.py), fp32 on CPU, no checkpoints, no remote logging. Unlike tiny, nano changes only what
+# a 0.7M model on a CPU needs; the algorithm's own settings (registry defaults, the recipe's) stay.
+NANO_COMMON: dict[str, Any] = {
+    "model_name_or_path": "nano",
+    "dtype": "float32",  # CPU
+    "bf16": False,
+    "activation_checkpointing": False,  # nothing to save at this size; it only costs time
+    "report_to": "none",  # offline
+    "logging_steps": 1,
+    "save_strategy": "no",  # runs last minutes; the final model is saved
+    "dataloader_num_workers": 0,
+}
 
 
 
@@ -85,7 +99,9 @@ class RecipeArgs:
         },
     )
     profile: str | None = field(
-        default=None, metadata={"help": "'tiny': embedded model and data, a few CPU steps (tests, smoke runs)."}
+        default=None, metadata={"help": "'tiny': embedded model and data, a few CPU steps (tests, smoke runs). "
+                                "'nano': a 0.7M model trained on the book's task, RL that learns on a CPU in minutes "
+                                "(docs/nano.md)."}
     )
     resume: str | None = field(
         default=None,
@@ -164,7 +180,8 @@ class Recipe:
 # Command line
 
 
-USAGE = "usage: recipes/run.py RECIPE.yaml [--profile tiny] [--resume] [--KEY VALUE ...]   (RECIPE.yaml --help: its keys)"
+USAGE = ("usage: recipes/run.py RECIPE.yaml [--profile tiny|nano] [--resume] [--KEY VALUE ...]   "
+         "(RECIPE.yaml --help: its keys)")
 
 
 def recipe_help(argv: list[str]) -> str:
@@ -314,10 +331,9 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
 
     layer(dict(algorithm.defaults), f"algorithm `{name}` defaults")
     layer(data, path)
-    if profile == "tiny":
+    if profile is not None:
         already_resolved = data.get("resolved_from") is not None
-        family_overlay = {} if already_resolved else {
-            **TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
+        family_overlay = {} if already_resolved else profile_overlay(profile, family, algorithm, path)
         device = tiny_device_settings()
         overlay = {**family_overlay, **device}
         if not already_resolved:  # a run's own config.yaml names its output_dir: resuming must find it there
@@ -325,13 +341,13 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
         for k, v in overlay.items():
             if k not in owner:
-                raise RecipeError(f"internal: tiny overlay key `{k}` is not an option of `{name}`")
+                raise RecipeError(f"internal: {profile} overlay key `{k}` is not an option of `{name}`")
             if k == "effective_batch_size" and merged.get("effective_batch_size") is None:
                 continue
             merged[k] = v
-            origin[k] = "profile tiny"
+            origin[k] = f"profile {profile}"
         for k in device:
-            origin[k] = "profile tiny (device)"
+            origin[k] = f"profile {profile} (device)"
     if data.get("resolved_from") is not None and Path(path).name == "config.yaml":
         # A run's own config.yaml resumes in the folder that holds it, even after the folder was moved.
         layer({"output_dir": str(Path(path).parent)}, path)
@@ -370,7 +386,7 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     if typed["recipe"].get("effective_batch_size") is not None:
         # Derived from the world size: re-running config.yaml on another GPU count must re-derive it.
         resolved.pop("gradient_accumulation_steps", None)
-    for key in ("resume", "overwrite", "allow_changes", *(k for k, o in origin.items() if o == "profile tiny (device)")):
+    for key in ("resume", "overwrite", "allow_changes", *(k for k, o in origin.items() if o.endswith(" (device)"))):
         resolved.pop(key, None)  # per-invocation, or derived again from the next launch
     resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
     resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
@@ -380,6 +396,17 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     if construct:  # tools want every setting checked, TRL's own checks included, before they go on
         recipe.model, recipe.training  # noqa: B018
     return recipe
+
+
+def profile_overlay(profile: str, family, algorithm: Algorithm, path: str) -> dict[str, Any]:
+    """What a profile sets for this recipe: the common values, the family's, the algorithm's (later wins)."""
+    if profile == "tiny":
+        return {**TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
+    if family.nano_overlay is None:
+        raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
+                          f"`{algorithm.name}`) yet; it runs the policy-gradient recipes (docs/nano.md). Use "
+                          "--profile tiny for a smoke run")
+    return {**NANO_COMMON, **family.nano_overlay, **algorithm.nano}
 
 
 def tiny_device_settings() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Tokenizer and model loading: hub ids for real recipes, the built tiny model for `--profile tiny`."""
+"""Tokenizer and model loading: hub ids for real recipes, the built embedded models for `--profile tiny|nano`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import logging
 logger = logging.getLogger(__name__)
 
 TINY = "tiny"
+NANO, NANO_INIT = "nano", "nano-init"  # the nano SFT base and its untrained start (rlhf_recipes/nano.py)
+EMBEDDED = (TINY, NANO, NANO_INIT)  # names built locally, never looked up on the hub
 
 
 def resolve_model_path(name: str | None) -> str:
@@ -16,6 +18,14 @@ def resolve_model_path(name: str | None) -> str:
         from rlhf_recipes.tiny import tiny_model_path
 
         return tiny_model_path()
+    if name == NANO:
+        from rlhf_recipes.nano import nano_model_path
+
+        return nano_model_path()
+    if name == NANO_INIT:
+        from rlhf_recipes.nano import nano_init_path
+
+        return nano_init_path()
     return name
 
 

@@ -44,6 +44,7 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
+    nano: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the nano profile
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
@@ -206,6 +207,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
+            nano={"generation_batch_size": 32},  # the book's 8 prompts x 1 rollout, x4 like the family's nano shape
         ),
         Algorithm(
             "rloo", **_policy_gradient("07xeasn8", middle=(_FORMAT, _CONTRAST)),
@@ -275,6 +277,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
                       "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
+            nano={"generation_batch_size": 64},  # the book's 16 prompts x 1 rollout, x4 like the family's nano shape
         ),
         # --- supervised fine-tuning (book chapter 4) ---------------------------------------
         Algorithm(

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 
@@ -122,20 +123,18 @@ def _build(target: Path, corpus: list[str]) -> None:
     tokenizer.save_pretrained(target)
 
 
-def tiny_model_path() -> str:
-    """Path of the tiny model + tokenizer directory, building it on first use.
+def build_cached(target: Path, build: Callable[[Path], None]) -> str:
+    """`target`, built by `build(folder)` unless it already holds a model (config.json).
 
     Safe when several processes call it at once: each builds into its own temporary
-    directory and the first to finish renames it into place.
+    directory and the first to finish renames it into place (the others' copies are identical).
     """
-    corpus = _corpus()
-    target = cache_root() / f"tiny-qwen3-{_fingerprint(corpus)}"
     if (target / "config.json").exists():
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
-        _build(tmp, corpus)
+        build(tmp)
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race; its copy is identical
@@ -144,6 +143,12 @@ def tiny_model_path() -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def tiny_model_path() -> str:
+    """Path of the tiny model + tokenizer directory, building it on first use."""
+    corpus = _corpus()
+    return build_cached(cache_root() / f"tiny-qwen3-{_fingerprint(corpus)}", lambda folder: _build(folder, corpus))
 
 
 if __name__ == "__main__":

@@ -215,7 +215,9 @@ def check_hub_dataset(hub_id: str, flag: str) -> None:
 def check_model(name: str | None, flag: str, chat_template: bool = False) -> None:
     if name is None:
         raise RecipeError(f"{flag}: no model given; set `model_name_or_path` to a hub id or a saved model folder")
-    if name == "tiny":
+    from rlhf_recipes.models import EMBEDDED
+
+    if name in EMBEDDED:  # built locally on first use (tiny.py, nano.py)
         return
     if looks_local(name):
         check_model_folder(name, flag, chat_template=chat_template)

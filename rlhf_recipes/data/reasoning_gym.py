@@ -84,15 +84,17 @@ def training_seed(recipe) -> int:
     return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.training.seed))
 
 
-def build_rows(recipe, size: int, seed: int) -> "Dataset":
+def build_rows(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = None) -> "Dataset":
     """`size` entries of the recipe's composite (its tasks, with `seed`) as conversational rows; the same
-    prompts for training (generate) and for the held-out split (rlhf_recipes/evaluation/reasoning.py)."""
+    prompts for training (generate), for SFT demonstrations (data/reasoning_gym_sft.py, which passes its
+    `dataset_kwargs` without its own keys as `kwargs`) and for the held-out split (evaluation/reasoning.py)."""
     from datasets import Dataset
 
     from rewards.reasoning_tasks import composite_dataset, composite_spec
 
     where = recipe.source
-    specs = parse_task_specs(dict(recipe.args.dataset_kwargs or {}), where)
+    kwargs = dict(recipe.args.dataset_kwargs or {}) if kwargs is None else kwargs
+    specs = parse_task_specs(kwargs, where)
     spec_json = composite_spec(specs, size=size, seed=seed)
     try:
         dataset = composite_dataset(spec_json)

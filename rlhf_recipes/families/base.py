@@ -4,6 +4,7 @@ A family (rlhf_recipes/families/<family>.py) is one object, `FAMILY`, an instanc
 subclass that overrides only the hooks where it differs; `registry.family_of(algorithm)` returns it.
 The hooks, in the order a run calls them:
   tiny_overlay                               values the tiny profile sets for every recipe of the family
+  nano_overlay                               the same for the nano profile (None: the family does not run on nano)
   derive_batch(typed, origin, world_size)    effective batch -> TRL's batch options (gradient accumulation)
   load_model(recipe, tokenizer)              the model to train (a causal LM unless the family says otherwise)
   build_trainer(recipe, model, tokenizer, train, eval, callbacks) -> transformers.Trainer
@@ -24,6 +25,7 @@ from typing import Any, ClassVar
 class Family:
     name: ClassVar[str] = ""
     tiny_overlay: ClassVar[dict[str, Any]] = {}  # on top of config.TINY_COMMON
+    nano_overlay: ClassVar[dict[str, Any] | None] = None  # on top of config.NANO_COMMON; None: not on nano
 
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size (config.derive_gradient_accumulation)."""

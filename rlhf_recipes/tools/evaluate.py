@@ -55,11 +55,12 @@ def default_output(model: Path, name: str) -> Path:
 
 
 def check_model(model: Path, recipe) -> None:
+    from rlhf_recipes.models import EMBEDDED
     from rlhf_recipes.validation import check_model_folder, looks_local
 
     text = str(model)
-    if text == "tiny" or (not looks_local(text) and not model.exists()):
-        return  # the tiny model or a hub id: transformers says if it cannot be found
+    if text in EMBEDDED or (not looks_local(text) and not model.exists()):
+        return  # an embedded model (tiny, nano) or a hub id: transformers says if it cannot be found
     check_model_folder(text, "MODEL", tokenizer=False)
 
 

@@ -151,7 +151,7 @@ def shipped_names() -> list[str]:
 
 
 def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any], str]:
-    """(config.json mapping, where it came from) for a model id, path or `tiny`."""
+    """(config.json mapping, where it came from) for a model id, path, `tiny` or `nano`."""
     path = Path(name)
     if path.is_dir() and (path / "config.json").is_file():
         return json.loads((path / "config.json").read_text()), str(path / "config.json")
@@ -162,6 +162,11 @@ def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any],
 
         file = Path(tiny_model_path()) / "config.json"
         return json.loads(file.read_text()), "tiny profile (built locally)"
+    if name in ("nano", "nano-init"):  # the nano base has its untrained start's shape (no SFT run needed)
+        from rlhf_recipes.nano import nano_init_path
+
+        file = Path(nano_init_path()) / "config.json"
+        return json.loads(file.read_text()), "nano profile (built locally)"
     shipped = SHIPPED / (name.replace("/", "--") + ".json")
     if shipped.is_file():
         return json.loads(shipped.read_text()), f"shipped shape {shipped.name}"

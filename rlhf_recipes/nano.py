@@ -1,0 +1,171 @@
+"""The embedded nano profile's model: a 0.7M-parameter Qwen3 that the project's own SFT recipe teaches the book's task.
+
+Where the tiny profile (rlhf_recipes/tiny.py) proves the plumbing with a random model, nano is for watching the
+recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes. Two cached builds:
+
+  nano-init   a tokenizer fit for the task and a randomly initialised Qwen3 (seconds, deterministic):
+              - bytes only (no BPE merges), so every letter of a word is one token: with merges, words split
+                into multi-letter pieces and a model this small cannot learn to reverse them (measured at
+                lr 1e-3: 0% exact match after 300 SFT steps with a 1024-token BPE, 50% after 125 with bytes);
+              - the fixed texts of every prompt as single added tokens: the book's DeepSeekZero system prompt
+                (~350 bytes) and the spell_backward question prefix, so a prompt is ~36 tokens, not ~400;
+              - the four reasoning tags as single tokens and ChatML, as in tiny (and in Qwen3's tokenizer).
+  nano        nano-init after `recipes/nano_sft.yaml` (algorithm sft: the book's chapter 4 stage before RL),
+              run through the normal runner in a subprocess the first time a nano run needs it (~1-2 minutes
+              on one CPU thread). The recipe stops the base partly competent (10-40% held-out exact match),
+              so every RL algorithm has room to show what it does.
+
+Both are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
+them (shapes, seed, tokens, template, the SFT recipe's text); a file lock makes concurrent callers wait for
+one build instead of running the SFT several times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rlhf_recipes.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, build_cached, cache_root
+
+logger = logging.getLogger(__name__)
+
+INIT = "nano-init"  # model_name_or_path of the untrained model (the SFT recipe's start)
+BASE = "nano"  # model_name_or_path of the SFT base that every nano run starts from
+SFT_RECIPE = "nano_sft"  # recipes/nano_sft.yaml
+
+TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
+QUESTION_PREFIX = "Spell this word backward (example: sun -> nus): "  # reasoning-gym spell_backward's question
+SYSTEM_PROMPT = "DeepSeekZero"  # the book's (reasoning_gym.utils.SYSTEM_PROMPTS); its text becomes one token
+
+# Chosen by measurement (team notes, 1 CPU thread): hidden 128 x 4 layers learns the task from bytes within
+# ~125 SFT steps of 64 rows; hidden 64 x 2 (the tiny shape) is too small to reverse words reliably, and
+# larger shapes cost generation speed, which bounds every RL recipe on a CPU. Tied embeddings keep the
+# ~270-token vocabulary from dominating the parameter count: 0.69M parameters in all.
+MODEL_SHAPE = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=32,
+    max_position_embeddings=256,  # prompts are ~36 tokens, completions ~16
+    tie_word_embeddings=True,
+)
+SEED = 0
+_BUILD_VERSION = 1  # bump when the build below changes, to invalidate caches
+
+
+def _system_prompt_text() -> str:
+    from rlhf_recipes.data.reasoning_gym import system_prompt_text
+
+    return system_prompt_text(SYSTEM_PROMPT)
+
+
+def _added_tokens() -> list[str]:
+    return [*TAGS, _system_prompt_text(), QUESTION_PREFIX]
+
+
+def _init_fingerprint() -> str:
+    blob = json.dumps([_BUILD_VERSION, MODEL_SHAPE, SEED, SPECIAL_TOKENS, _added_tokens(), CHAT_TEMPLATE])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def build_tokenizer():
+    """Bytes only (256 tokens, no merges) + ChatML markers + the task's fixed texts as single tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())  # sorted: the same ids in every process
+    tok = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        additional_special_tokens=["<|im_start|>"])
+    # normalized=False: matched on the raw text, so the system prompt's own "<think> </think>" cannot split it.
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in _added_tokens()])
+    tokenizer.chat_template = CHAT_TEMPLATE  # ChatML; `enable_thinking` is accepted and ignored, as in tiny
+    return tokenizer
+
+
+def _build_init(target: Path) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = build_tokenizer()
+    torch.manual_seed(SEED)
+    config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+
+
+def nano_init_path() -> str:
+    """The untrained nano model + tokenizer (built on first use, a few seconds)."""
+    return build_cached(cache_root() / f"nano-init-{_init_fingerprint()}", _build_init)
+
+
+def _sft_recipe() -> Path:
+    from rlhf_recipes.paths import recipe_path
+
+    return recipe_path(SFT_RECIPE)
+
+
+def base_fingerprint() -> str:
+    """Everything the SFT base depends on: the init model and the SFT recipe's values (its data and settings;
+    not its comments)."""
+    import yaml
+
+    recipe = yaml.safe_load(_sft_recipe().read_text(encoding="utf-8"))
+    blob = json.dumps([_init_fingerprint(), recipe], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _run_sft(target: Path) -> None:
+    """`python -m rlhf_recipes.train recipes/nano_sft.yaml --output_dir TARGET`: the normal runner, in its own
+    process (a run configures logging, seeds and threads for the whole process)."""
+    log = target / "build.log"
+    command = [sys.executable, "-m", "rlhf_recipes.train", str(_sft_recipe()), "--output_dir", str(target)]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    with open(log, "w", encoding="utf-8") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        tail = "".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[-30:])
+        raise RuntimeError(f"building the nano base failed ({' '.join(command)} exited {done.returncode}):\n{tail}")
+
+
+def nano_model_path() -> str:
+    """The nano SFT base (model + tokenizer + the SFT run's record), trained on first use and cached."""
+    from filelock import FileLock
+
+    target = cache_root() / f"nano-sft-{base_fingerprint()}"
+    if (target / "config.json").exists():
+        return str(target)
+    nano_init_path()  # before the lock: cheap, and the SFT subprocess then finds it cached
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):  # one SFT run; the other processes wait and reuse it
+        if (target / "config.json").exists():
+            return str(target)
+        print(f"building the nano base: recipes/{SFT_RECIPE}.yaml (SFT, about 1-2 minutes, once) -> {target}",
+              file=sys.stderr, flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+        try:
+            _run_sft(tmp)
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+if __name__ == "__main__":
+    print(nano_model_path())

@@ -1,0 +1,133 @@
+"""The nano profile: its SFT base builds deterministically into the stated band, and GRPO makes it better at the
+book's task (spell_backward), measured by the held-out evaluation with the book's correctness reward.
+
+The base is built once for the module (recipes/nano_sft.yaml through the runner, about a minute on one thread).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES
+
+GRPO_STEPS = 160  # 40 rollout batches on the nano overlay: ~1 minute on one CPU thread
+
+
+@pytest.fixture(scope="module")
+def nano_base() -> Path:
+    from rlhf_recipes.nano import nano_model_path
+
+    return Path(nano_model_path())
+
+
+def _evaluate(*argv: str) -> dict:
+    from rlhf_recipes.tools.evaluate import main
+
+    output = Path(argv[argv.index("--output") + 1])
+    assert main(list(argv)) == 0
+    return json.loads(output.read_text())
+
+
+def test_tokenizer_spells_words_letter_by_letter_and_keeps_the_prompt_short():
+    from rlhf_recipes.data.reasoning_gym import system_prompt_text
+    from rlhf_recipes.nano import QUESTION_PREFIX, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    chat = [{"role": "system", "content": system_prompt_text("DeepSeekZero")},
+            {"role": "user", "content": QUESTION_PREFIX + "appall"}]
+    prompt = tokenizer(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))["input_ids"]
+    assert len(prompt) < 45  # the ~350-byte system prompt and the question prefix are one token each
+    answer = tokenizer("<answer>llappa</answer>")["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(answer) == ["<answer>", *"llappa", "</answer>"]
+
+
+def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
+    """Every policy-gradient recipe resolves on nano: the embedded model, the book's task in the nano word range,
+    the algorithm's own registry defaults untouched; a family without a nano overlay is refused in one line."""
+    from rlhf_recipes.config import RecipeError, load_recipe
+    from rlhf_recipes.registry import ALGORITHMS
+    from rlhf_recipes.tools.nano_book import nano_algorithms
+
+    names = nano_algorithms()
+    assert len(names) == 10 and "ppo" in names and "dpo" not in names
+    for name in names:
+        recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
+        assert recipe.value("model_name_or_path") == "nano" and recipe.origin["learning_rate"] == "profile nano"
+        assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
+        for key, value in ALGORITHMS[name].defaults.items():
+            assert recipe.value(key) == value, (name, key)
+        assert recipe.value("generation_batch_size") % recipe.value("effective_batch_size") == 0
+    explicit = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--learning_rate", "3e-5"],
+                           construct=False)
+    assert explicit.value("learning_rate") == 3e-5  # the command line still wins over the profile
+    with pytest.raises(RecipeError, match="profile `nano` does not run the direct_alignment family"):
+        load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+
+
+def test_nano_base_is_built_by_the_sft_recipe_and_lands_in_the_band(nano_base, tmp_path):
+    import yaml
+
+    record = yaml.safe_load((nano_base / "config.yaml").read_text())  # the SFT run's resolved recipe
+    assert record["algorithm"] == "sft" and record["resolved_from"].endswith("nano_sft.yaml")
+    result = _evaluate("nano", "--recipe", str(RECIPES / "grpo.yaml"), "--profile", "nano", "--batch_size", "50",
+                       "--output", str(tmp_path / "base.json"))
+    assert result["data"]["problems"] == 200 and result["metrics"]["format_rate"] > 0.9
+    assert 0.10 <= result["metrics"]["exact_match"] <= 0.40, result["metrics"]  # partly competent, room for RL
+
+
+def test_nano_sft_is_deterministic(nano_base, tmp_path):
+    """Two short runs of the base's recipe give the same weights, bit for bit (the base is rebuilt anywhere)."""
+    from safetensors.torch import load_file
+
+    from rlhf_recipes.nano import nano_init_path
+    from rlhf_recipes.train import main
+
+    weights = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert main([str(RECIPES / "nano_sft.yaml"), "--max_steps", "3", "--num_samples", "400",
+                     "--output_dir", str(out)]) == 0
+        weights.append(load_file(str(out / "model.safetensors")))
+    assert weights[0].keys() == weights[1].keys()
+    assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+    init = load_file(str(Path(nano_init_path()) / "model.safetensors"))
+    assert any(not (init[k] == weights[0][k]).all() for k in init)  # and training did change them
+
+
+def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
+    """A short seeded GRPO run raises the held-out mean of the book's correctness reward (reasoning-gym's
+    score_answer, partial credit) by at least 0.05 over the base, with the paired 95% interval above zero.
+    Measured on this 2-core machine: +0.096 [+0.069, +0.122] (exact match 21% -> 36%) in ~45 s."""
+    from rlhf_recipes.train import main
+
+    run = tmp_path / "grpo"
+    assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", str(GRPO_STEPS),
+                 "--output_dir", str(run)]) == 0
+    result = _evaluate(str(run), "--baseline", "--batch_size", "50", "--output", str(tmp_path / "eval.json"))
+    gain = result["difference"]["mean_score"]
+    assert gain["value"] >= 0.05 and gain["low"] > 0, gain
+
+
+def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(tmp_path):
+    """The recorded nano runs (reference_runs/nano/) go through nano-book's own summary, plot and table: every
+    algorithm of the family is there with a gain, its interval and a wall time; a bad --algorithms is refused."""
+    from rlhf_recipes.paths import REFERENCE_RUNS_DIR
+    from rlhf_recipes.tools.nano_book import nano_algorithms, parse, plot, summary, table
+
+    rows = []
+    for name in nano_algorithms():
+        run = REFERENCE_RUNS_DIR / "nano" / name
+        wall = json.loads((run / "nano_book_wall_s.json").read_text())["wall_s"]
+        row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()))
+        low, high = row["gain_interval"]
+        assert low <= row["gain"] <= high and row["curves"]["heldout"] and row["curves"]["reward"]
+        rows.append(row)
+    plot(rows, tmp_path / "nano_book.png")
+    assert (tmp_path / "nano_book.png").stat().st_size > 10_000
+    assert table(rows).row_count == len(nano_algorithms())
+    with pytest.raises(SystemExit) as stop:
+        parse(["--algorithms", "grpo,dpo"])
+    assert stop.value.code == 2
