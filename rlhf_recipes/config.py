@@ -333,7 +333,7 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     layer(data, path)
     if profile is not None:
         already_resolved = data.get("resolved_from") is not None
-        family_overlay = {} if already_resolved else profile_overlay(profile, family, algorithm, path)
+        family_overlay = {} if already_resolved else profile_overlay(profile, family, algorithm, path, merged)
         device = tiny_device_settings()
         overlay = {**family_overlay, **device}
         if not already_resolved:  # a run's own config.yaml names its output_dir: resuming must find it there
@@ -398,14 +398,24 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     return recipe
 
 
-def profile_overlay(profile: str, family, algorithm: Algorithm, path: str) -> dict[str, Any]:
-    """What a profile sets for this recipe: the common values, the family's, the algorithm's (later wins)."""
+def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, values: dict[str, Any]) -> dict[str, Any]:
+    """What a profile sets for this recipe (its own `values` so far): the common values, the family's, the
+    algorithm's (later wins)."""
     if profile == "tiny":
         return {**TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
     if family.nano_overlay is None:
         raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
                           f"`{algorithm.name}`) yet; it runs the policy-gradient recipes (docs/nano.md). Use "
                           "--profile tiny for a smoke run")
+    from rewards.reward_model import RM_PREFIX
+
+    # nano swaps the data for the book's spell_backward task but keeps the recipe's rewards: a learned reward
+    # model (the HH pipeline's) would score prompts it was never trained on.
+    learned = [spec for spec in values.get("reward_funcs") or () if str(spec).startswith(RM_PREFIX)]
+    if learned:
+        raise RecipeError(f"{path}: profile `nano` runs the book's spell_backward task, which the learned reward "
+                          f"model `{learned[0]}` does not score; use a recipe rewarded by the task's own scorer "
+                          "(e.g. recipes/grpo.yaml), or --profile tiny for a smoke run")
     return {**NANO_COMMON, **family.nano_overlay, **algorithm.nano}
 
 

@@ -65,6 +65,9 @@ def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
     assert explicit.value("learning_rate") == 3e-5  # the command line still wins over the profile
     with pytest.raises(RecipeError, match="profile `nano` does not run the direct_alignment family"):
         load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+    # nano swaps the data for spell_backward: a recipe rewarded by a learned RM (the HH pipeline's) is refused
+    with pytest.raises(RecipeError, match="learned reward model `rm:outputs/hh_rm` does not score"):
+        load_recipe([str(RECIPES / "hh_grpo.yaml"), "--profile", "nano"], construct=False)
 
 
 def test_nano_base_is_built_by_the_sft_recipe_and_lands_in_the_band(nano_base, tmp_path):
