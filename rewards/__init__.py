@@ -20,6 +20,7 @@ from typing import Callable
 from rewards.length import make_overlong_penalty_reward, overlong_penalty_reward
 from rewards.final_answer import gsm8k_reward
 from rewards.reasoning_tasks import binary_reward, correctness_reward, format_reward, total_reward
+from rewards.reward_model import RM_PREFIX
 
 RewardFunc = Callable[..., list]
 
@@ -51,8 +52,6 @@ FACTORIES: dict[str, Callable[..., RewardFunc]] = {
     ),
 }
 
-
-RM_PREFIX = "rm:"
 
 
 def check_names(names: list[str]) -> None:

@@ -136,7 +136,9 @@ def models_in_memory(args: PPOConfig, policy_uses_peft: bool = False) -> dict[st
                               if policy_uses_peft else
                               {"copy": "policy (frozen)", "trainable": False, "dtype": args.ref_dtype,
                                "sharded_by_zero": True})
-    rm = [name for name in args.reward_funcs if name.startswith("rm:")]
+    from rewards.reward_model import RM_PREFIX
+
+    rm = [name for name in args.reward_funcs if name.startswith(RM_PREFIX)]
     if rm:
         roles["reward"] = {"copy": f"reward model(s) {rm} (frozen)", "trainable": False,
                            "dtype": args.reward_model_dtype or "bfloat16 on GPU, float32 on CPU",

@@ -96,7 +96,7 @@ class PreferenceEvaluator(Evaluator):
         return self.options.max_new_tokens or 256
 
     def judge(self, model, tokenizer, problems, scores: Scores) -> None:
-        from rewards.reward_model import reward_model_reward
+        from rewards.reward_model import RM_PREFIX, reward_model_reward
         from rlhf_recipes.evaluation.generation import generate, throughput
 
         prompts = [list(r["prompt"]) for r in problems]
@@ -107,7 +107,7 @@ class PreferenceEvaluator(Evaluator):
             ref_model, ref_tokenizer = self.reference()
             self._reference_texts = [g[0]["text"] for g in generate(ref_model, ref_tokenizer, prompts,
                                                                      desc="reference", **common)]
-        rm = reward_model_reward(self.options.judge[len("rm:"):], batch_size=self.options.batch_size)
+        rm = reward_model_reward(self.options.judge[len(RM_PREFIX):], batch_size=self.options.batch_size)
         as_messages = lambda texts: [[{"role": "assistant", "content": t}] for t in texts]  # noqa: E731
         a = rm(completions=as_messages(mine), prompts=prompts)
         b = rm(completions=as_messages(self._reference_texts), prompts=prompts)

@@ -86,8 +86,10 @@ class PolicyGradient(Family):
 
     def learned_reward_models(self, recipe) -> list[str]:
         """The trained reward models among the reward functions (`rm:<path>`)."""
+        from rewards.reward_model import RM_PREFIX
+
         specs = getattr(recipe.training, "reward_funcs", None) or []
-        return [spec[3:] for spec in specs if isinstance(spec, str) and spec.startswith("rm:")]
+        return [spec[len(RM_PREFIX):] for spec in specs if isinstance(spec, str) and spec.startswith(RM_PREFIX)]
 
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size, keeping the per-device micro-batch;

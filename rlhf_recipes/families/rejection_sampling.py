@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from rewards.reward_model import RM_PREFIX
 from rlhf_recipes.evaluation.generation import generate
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 ROLLOUTS, SCORED, SELECTION = "rollouts.jsonl", "scored.jsonl", "selection.jsonl"
 EVAL_BASE, EVAL_TUNED = "eval_base.jsonl", "eval_tuned.jsonl"
 TINY_RM = "tiny"
-RM_PREFIX = "rm:"
 
 
 # --- files -----------------------------------------------------------------------------------
