@@ -26,13 +26,11 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from rlhf_recipes.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, build_cached, cache_root
+from rlhf_recipes.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, build_cached, cache_root, save_random_qwen3
 
 logger = logging.getLogger(__name__)
 
@@ -96,18 +94,7 @@ def build_tokenizer():
 
 
 def _build_init(target: Path) -> None:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    tokenizer = build_tokenizer()
-    torch.manual_seed(SEED)
-    config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **MODEL_SHAPE)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+    save_random_qwen3(target, build_tokenizer(), MODEL_SHAPE, SEED)
 
 
 def nano_init_path() -> str:
@@ -154,17 +141,10 @@ def nano_model_path() -> str:
     nano_init_path()  # before the lock: cheap, and the SFT subprocess then finds it cached
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):  # one SFT run; the other processes wait and reuse it
-        if (target / "config.json").exists():
-            return str(target)
-        print(f"building the nano base: recipes/{SFT_RECIPE}.yaml (SFT, about 1-2 minutes, once) -> {target}",
-              file=sys.stderr, flush=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-        try:
-            _run_sft(tmp)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+        if not (target / "config.json").exists():
+            print(f"building the nano base: recipes/{SFT_RECIPE}.yaml (SFT, about 1-2 minutes, once) -> {target}",
+                  file=sys.stderr, flush=True)
+        return build_cached(target, _run_sft)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,15 @@ def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
     return final
 
 
+FINAL_RESULTS = "final_results.json"
+
+
+def run_finished(output_dir: Path) -> bool:
+    """The run in `output_dir` wrote final_results.json with status finished (not interrupted, stopped, failed)."""
+    path = Path(output_dir) / FINAL_RESULTS
+    return path.exists() and json.loads(path.read_text()).get("status", "finished") == "finished"
+
+
 def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, status: str,
                         extra: dict[str, Any] | None = None) -> Path:
     """status: finished | interrupted | stopped (a health check) | failed (an exception while training)."""
@@ -62,7 +71,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "final_metrics": last_values(rows),
         **(extra or {}),
     }
-    path = output_dir / "final_results.json"
+    path = output_dir / FINAL_RESULTS
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     return path
 

@@ -85,9 +85,8 @@ def cache_root() -> Path:
 
 
 def _build(target: Path, corpus: list[str]) -> None:
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -107,15 +106,17 @@ def _build(target: Path, corpus: list[str]) -> None:
     )
     tokenizer.add_tokens(ADDED_TOKENS)
     tokenizer.chat_template = CHAT_TEMPLATE
+    save_random_qwen3(target, tokenizer, MODEL_SHAPE, SEED)
 
-    torch.manual_seed(SEED)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **MODEL_SHAPE,
-    )
+
+def save_random_qwen3(target: Path, tokenizer, shape: dict, seed: int) -> None:
+    """A Qwen3 of `shape` with seeded random weights, sized to `tokenizer`, saved with it into `target`."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, **shape)
     model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlhf_recipes.evaluation import intervals
-from rlhf_recipes.evaluation.options import QUANTIZE, EvalError, EvalOptions  # noqa: F401  (the evaluators' names)
+from rlhf_recipes.evaluation.options import EvalError, EvalOptions  # noqa: F401  (the evaluators' names)
 
 
 @dataclass

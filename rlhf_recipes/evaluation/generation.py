@@ -87,6 +87,19 @@ def chat_ids(tokenizer, prompt: list[dict], completion: list[dict],
     return prompt_ids, full_ids[len(prompt_ids):]
 
 
+def _right_padded(rows: list[list[int]], pad_id: int):
+    """(ids, attention mask) of token rows, right-padded: each row's completion ends its real tokens."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
 def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
                         batch_size: int, max_length: int | None = None, desc: str = "log-probs") -> list[tuple[float, int]]:
     """(sum of log-probs, number of tokens) of each completion given its prompt (prompts cut on the left to
@@ -104,12 +117,7 @@ def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list
                 c = c[:max(1, max_length - min(len(p), max_length // 2))]
                 p = p[-(max_length - len(c)):] if max_length - len(c) > 0 else p[-1:]
             pairs.append((p, c))
-        width = max(len(p) + len(c) for p, c in pairs)
-        ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, (p, c) in enumerate(pairs):  # right padding: each row's completion ends its real tokens
-            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-            mask[i, :len(p) + len(c)] = 1
+        ids, mask = _right_padded([p + c for p, c in pairs], pad_id)
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1)
@@ -130,12 +138,7 @@ def token_kl(model_p, model_q, prompt_ids: list[list[int]], completion_ids: list
     out: list[tuple[float, int]] = []
     for start in range(0, len(prompt_ids), batch_size):
         rows = [(p, c) for p, c in zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size])]
-        width = max(len(p) + len(c) for p, c in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, (p, c) in enumerate(rows):
-            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-            mask[i, :len(p) + len(c)] = 1
+        ids, mask = _right_padded([p + c for p, c in rows], pad_id)
         logs = []
         for model in (model_p, model_q):
             device = next(model.parameters()).device

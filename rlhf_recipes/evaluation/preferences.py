@@ -16,8 +16,6 @@ and the reference model's greedy completion are scored by the RM, and
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlhf_recipes.evaluation.base import EvalError, EvalOptions, Evaluator, Scores
 
 

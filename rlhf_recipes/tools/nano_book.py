@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import recipe_path
+from rlhf_recipes.report import read_metrics, run_finished
 from rlhf_recipes.json_safe import json_safe
 
 EXACT = "exact_match"
@@ -63,15 +64,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _finished(run: Path) -> bool:
-    path = run / "final_results.json"
-    return path.exists() and json.loads(path.read_text()).get("status", "finished") == "finished"
-
-
 def train(algorithm: str, run: Path, args: argparse.Namespace) -> float:
     """One run in its own process; returns its wall seconds (the recorded ones when the run is reused)."""
     timing = run / "nano_book_wall_s.json"
-    if _finished(run) and timing.exists() and not args.overwrite:
+    if run_finished(run) and timing.exists() and not args.overwrite:
         return json.loads(timing.read_text())["wall_s"]
     command = [sys.executable, "-m", "rlhf_recipes.train", str(recipe_path(algorithm)), "--profile", "nano",
                "--output_dir", str(run), "--eval_every", str(args.eval_every),
@@ -106,7 +102,7 @@ def evaluate(run: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     """(step, value) of the periodic held-out exact match and of the training correctness reward."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run / "metrics.jsonl")
     return {"heldout": [(r["step"], r[f"eval/{EXACT}"]) for r in rows if f"eval/{EXACT}" in r],
             "reward": [(r["step"], r[REWARD]) for r in rows if REWARD in r]}
 

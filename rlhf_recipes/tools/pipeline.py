@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.paths import RECIPES_DIR, recipe_path
 from rlhf_recipes.json_safe import json_safe
+from rlhf_recipes.paths import RECIPES_DIR, recipe_path
+from rlhf_recipes.report import run_finished
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +82,6 @@ class PipelineOptions:
 
 # --------------------------------------------------------------------------------------
 # Training stages
-
-
-def _finished(out: Path) -> bool:
-    path = out / "final_results.json"
-    if not path.exists():
-        return False
-    return json.loads(path.read_text()).get("status", "finished") == "finished"
 
 
 def _profile_args(options: PipelineOptions) -> list[str]:
@@ -137,7 +131,7 @@ def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> st
 
 def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
     """Train one stage (skipped when its run already finished); returns wall seconds."""
-    if _finished(out) and not options.overwrite:
+    if run_finished(out) and not options.overwrite:
         logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
         return 0.0
     argv = list(argv)
@@ -232,35 +226,6 @@ def sample_completions(model, tokenizer, prompt_ids: list[list[int]], max_new_to
     return out
 
 
-def completion_logprobs(model, prompt_ids: list[list[int]], completions: list[list[int]], pad_id: int,
-                        batch_size: int) -> list[float]:
-    """sum_t log p(y_t | x, y_<t) over each completion, from logits at temperature 1."""
-    import torch
-
-    device = next(model.parameters()).device
-    totals: list[float] = []
-    for start in range(0, len(prompt_ids), batch_size):
-        rows = [p + c for p, c in zip(prompt_ids[start:start + batch_size], completions[start:start + batch_size])]
-        lengths = [len(c) for c in completions[start:start + batch_size]]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):  # right padding: the completion ends each row's real tokens
-            ids[i, :len(r)] = torch.tensor(r)
-            mask[i, :len(r)] = 1
-        with torch.no_grad():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-        for i, (r, n) in enumerate(zip(rows, lengths)):
-            if n == 0:
-                totals.append(0.0)
-                continue
-            positions = torch.arange(len(r) - n - 1, len(r) - 1, device=device)
-            logp = torch.log_softmax(logits[i, positions], dim=-1)
-            targets = ids[i, len(r) - n:len(r)].to(device)
-            totals.append(float(logp.gather(-1, targets.unsqueeze(-1)).sum()))
-    return totals
-
-
 def win_rate(scores: list[float], reference: list[float]) -> float:
     wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in zip(scores, reference))
     return wins / max(len(scores), 1)
@@ -285,11 +250,17 @@ def evaluate_policies(
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
     from rewards.reward_model import reward_model_reward
+    from rlhf_recipes.evaluation.generation import completion_logprobs
     from rlhf_recipes.models import resolve_model_path
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
     pad_id = tokenizer.pad_token_id
     prompt_ids = prompt_token_ids(tokenizer, prompts, chat_template_kwargs)
+
+    def logprobs(model, ids):  # sum over each completion's tokens (the count is not needed here)
+        return [total for total, _ in completion_logprobs(model, prompt_ids, ids, pad_id, options.eval_batch_size,
+                                                          desc="HH log-probs")]
+
     texts = lambda ids: [tokenizer.decode(c, skip_special_tokens=True) for c in ids]  # noqa: E731
     as_messages = lambda strings: [[{"role": "assistant", "content": s}] for s in strings]  # noqa: E731
 
@@ -307,9 +278,9 @@ def evaluate_policies(
         policy = load_policy(run)
         ids = sample_completions(policy, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
                                  options.eval_batch_size, options.seed + 1)
-        logp = completion_logprobs(policy, prompt_ids, ids, pad_id, options.eval_batch_size)
+        logp = logprobs(policy, ids)
         del policy
-        ref_logp = completion_logprobs(reference, prompt_ids, ids, pad_id, options.eval_batch_size)
+        ref_logp = logprobs(reference, ids)
         kl = [a - b for a, b in zip(logp, ref_logp)]
         tokens = sum(len(c) for c in ids)
         completion_texts = texts(ids)
@@ -452,7 +423,7 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
     if not options.evaluate_only:
         for name, argv in stages.items():
             walls[name] = run_stage(name, argv, rm_out if name == "rm" else runs[name], options)
-    missing = [str(p) for p in [rm_out, *runs.values()] if not _finished(p)]
+    missing = [str(p) for p in [rm_out, *runs.values()] if not run_finished(p)]
     if missing:
         raise RuntimeError(f"pipeline: no finished run in {missing}; train them first (without --evaluate-only)")
 
