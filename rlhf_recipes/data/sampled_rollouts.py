@@ -1,0 +1,96 @@
+"""Rollouts sampled from a policy on a reasoning-gym task and scored by the task's own scorer, cached on disk.
+
+The raw material of the nano profile's preference pairs (direct alignment) and reward-model data (ORM, PRM):
+the issue asks for pairs and rollouts "sampled from the base, labelled by the task's scorer", the way the book
+builds its ORM data (RLHF-Book/gsm8k-qwen3-0.6B-rollouts: a policy's samples, graded by the answer checker).
+
+`sampled_rollouts(recipe, model_path, size=, seed=, n=, ...)` draws `size` problems of the recipe's composite
+(reasoning_gym.build_rows, so the same prompts the `reasoning_gym` adapter and the held-out evaluator build;
+the held-out evaluator's draw is seed + 1000003), samples `n` completions per prompt from `model_path`, and
+scores each with rewards.reasoning_tasks.score_completion (reasoning-gym's score_answer on the last <answer>,
+the book's correctness reward). One row per prompt: the build_rows columns + `completions` (str) + `scores`
+(float in [0, 1]) + `truncated` (bool).
+
+Sampling costs minutes on a CPU, so the rows are cached under the cache root (tiny.cache_root), keyed by
+everything that decides them (the model folder's weights file fingerprint, the task spec, size, seed, n,
+sampling settings); a file lock makes concurrent callers wait for one sampling run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_VERSION = 1  # bump when what is sampled or scored below changes, to invalidate caches
+
+
+def _model_fingerprint(model_path: str) -> str:
+    """Size and mtime of the weights files: a retrained base gets new rows."""
+    folder = Path(model_path)
+    files = sorted(p for p in folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    return json.dumps([[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in files]) or str(folder)
+
+
+def _template_kwargs(recipe) -> dict | None:
+    return getattr(recipe.training, "chat_template_kwargs", None)  # a TRL config's field; not every family has it
+
+
+def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
+              sampling: dict[str, Any]) -> str:
+    blob = json.dumps([_VERSION, str(Path(model_path).resolve()), _model_fingerprint(model_path),
+                       recipe.args.dataset_kwargs, recipe.args.system_prompt, size, seed, n, max_new_tokens,
+                       sampling, _template_kwargs(recipe)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
+            sampling: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rewards.reasoning_tasks import score_completion
+    from rlhf_recipes.data.reasoning_gym import build_rows
+    from rlhf_recipes.evaluation.generation import generate
+
+    rows = build_rows(recipe, size, seed).to_list()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    groups = generate(model, tokenizer, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
+                      max_new_tokens=max_new_tokens, chat_template_kwargs=_template_kwargs(recipe),
+                      desc=f"sample {n} rollouts per prompt", seed=seed, **sampling)
+    out = []
+    for row, group in zip(rows, groups):
+        texts = [g["text"] for g in group]
+        out.append({**row, "completions": texts,
+                    "scores": [score_completion(t, row["rg_dataset"], row["rg_index"]) for t in texts],
+                    "truncated": [g["truncated"] for g in group]})
+    return out
+
+
+def sampled_rollouts(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
+                     sampling: dict[str, Any], batch_size: int = 64) -> list[dict[str, Any]]:
+    """`size` problems (seed `seed`) x `n` completions sampled from `model_path`, scored; cached on disk."""
+    from filelock import FileLock
+
+    from rlhf_recipes.tiny import cache_root
+
+    key = cache_key(recipe, model_path, size=size, seed=seed, n=n, max_new_tokens=max_new_tokens, sampling=sampling)
+    path = cache_root() / f"rollouts-{key}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            print(f"sampling {size} prompts x {n} rollouts from {model_path} (once, cached) -> {path}",
+                  file=sys.stderr, flush=True)
+            rows = _sample(recipe, model_path, size=size, seed=seed, n=n, max_new_tokens=max_new_tokens,
+                           sampling=sampling, batch_size=batch_size)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+            os.replace(tmp, path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
