@@ -520,3 +520,60 @@ def test_tiny_profile_runs_compare_end_to_end(tmp_path):
         assert np.all(np.isfinite(values)) and len(values) >= 2
         assert report.local_means[("loss", name)] == pytest.approx(values[-1])  # tiny: last 10% = last step
     assert report.figure.read_bytes()[:4] == b"\x89PNG"
+
+
+# --- --reference nano: this project's recorded nano runs -------------------------------------------------
+
+
+def _nano_run_copy(tmp_path: Path, algorithm: str, reward_shift: float) -> Path:
+    """A user's nano run: the recorded run's folder with its training reward shifted (a different run)."""
+    from rlhf_recipes.tools.compare.nano_reference import NANO_RUNS_DIR
+
+    run = tmp_path / f"{algorithm}-nano"
+    shutil.copytree(NANO_RUNS_DIR / algorithm, run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    for row in rows:
+        if "reward" in row:
+            row["reward"] += reward_shift
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_reference_nano_lays_a_nano_run_over_the_recorded_one(tmp_path, capsys):
+    from rlhf_recipes.tools.compare.cli import main
+
+    run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.25)
+    assert main([str(run), "--reference", "nano", "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "project nano run: grpo" in out and "not the book's" in out
+    summary = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    paths = [Path(r["path"]).resolve() for r in summary["runs"]]
+    assert paths == [run.resolve(), (REPO / "reference_runs" / "nano" / "grpo").resolve()]
+    means = summary["final_means"]["reward"]
+    assert means["grpo-nano"] == pytest.approx(means["project nano run: grpo"] + 0.25)
+    assert "nano_book" in summary["heldout"]["project nano run: grpo"]  # the recorded held-out result rides along
+
+
+def test_reference_nano_names_what_is_missing_and_flags_non_nano_runs(tmp_path):
+    from rlhf_recipes.tools.compare.nano_reference import compare_with_nano_runs
+
+    root = tmp_path / "recorded"
+    shutil.copytree(REPO / "reference_runs" / "nano" / "grpo", root / "grpo")
+    unrecorded = tmp_path / "kto-run"
+    unrecorded.mkdir()
+    (unrecorded / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    (unrecorded / "config.yaml").write_text("algorithm: kto\nprofile: tiny\n")
+    with pytest.raises(CompareError, match=r"no recorded nano run of `kto` .*recorded: grpo\)"):
+        compare_with_nano_runs([unrecorded], root=root)
+
+    tiny_grpo = _nano_run_copy(tmp_path, "grpo", reward_shift=0.0)
+    config = (tiny_grpo / "config.yaml").read_text().replace("profile: nano", "profile: tiny")
+    (tiny_grpo / "config.yaml").write_text(config)
+    report = compare_with_nano_runs([tiny_grpo], out_dir=tmp_path / "cmp", root=root)
+    assert any("is not a --profile nano run" in n and "profile: tiny" in n for n in report.notes)
+
+
+def test_reference_to_the_book_on_a_nano_run_points_to_reference_nano(tmp_path):
+    run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.0)
+    report = compare_with_reference([run], reference_csvs=[API_GRPO], out_dir=tmp_path / "cmp")
+    assert any("--reference nano" in n for n in report.notes)

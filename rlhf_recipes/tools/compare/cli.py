@@ -3,6 +3,7 @@
     rlhf-recipes compare outputs/grpo-run --reference grpo
     rlhf-recipes compare outputs/grpo-run --reference grpo --reference-csv avg_total.csv loss.csv
     rlhf-recipes compare outputs/dpo outputs/ipo outputs/kto
+    rlhf-recipes compare outputs/grpo-nano --reference nano   # over this project's recorded nano run
 
 Writes compare.png, compare.txt and compare.json into --out (default: <first run>/compare/)
 and prints the table. The work is done in rlhf_recipes/tools/compare/.
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
+from rlhf_recipes.tools.compare.nano_reference import NANO_REFERENCE, compare_with_nano_runs
 from rlhf_recipes.tools.compare.references import published_algorithms
 from rlhf_recipes.tools.compare.table import print_table
 from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
@@ -28,8 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--reference",
         metavar="ALGORITHM",
-        help="compare with the book's run of this algorithm; published: "
-        + ", ".join(published_algorithms()),
+        help="compare with the book's run of this algorithm (published: "
+        + ", ".join(published_algorithms())
+        + "), or `nano`: with this project's recorded nano run of the run's algorithm (reference_runs/nano/)",
     )
     parser.add_argument(
         "--reference-csv",
@@ -69,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         print("--window must be in (0, 1].", file=sys.stderr)
         return 2
     try:
-        if args.reference or args.reference_csv:
+        if args.reference == NANO_REFERENCE:
+            report = compare_with_nano_runs(args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window)
+        elif args.reference or args.reference_csv:
             report = compare_with_reference(
                 args.runs,
                 reference=args.reference,

@@ -27,6 +27,7 @@ from rlhf_recipes.tools.compare.errors import CompareError
 METRICS_FILE = "metrics.jsonl"
 FINAL_RESULTS_FILE = "final_results.json"
 CONFIG_FILE = "config.yaml"
+NANO_PROFILE = "nano"  # config.PROFILES: the profile whose runs have recorded references of their own
 # Keys of a metrics.jsonl row that index it rather than measure anything.
 BOOKKEEPING_KEYS = ("step", "epoch")
 
@@ -46,6 +47,7 @@ class LocalRun:
     history: pd.DataFrame  # index: trainer global_step; columns: metric names
     final_results: dict[str, Any] = field(default_factory=dict)
     heldout: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval/<name>.json of `rlhf-recipes evaluate`
+    profile: str | None = None  # config.yaml's `profile` (tiny, nano), None for a real run
 
     def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values where `metric` was logged (rows that log other things dropped)."""
@@ -96,6 +98,17 @@ def read_metrics_jsonl(path: Path) -> pd.DataFrame:
     return frame.groupby("step").mean().sort_index()
 
 
+def _config_value(run_dir: Path, key: str) -> str | None:
+    config = run_dir / CONFIG_FILE
+    if config.exists():
+        import yaml  # deferred: only runs with a config need it
+
+        data = yaml.safe_load(config.read_text()) or {}
+        if isinstance(data, dict) and data.get(key):
+            return str(data[key])
+    return None
+
+
 def run_algorithm(run_dir: Path) -> str | None:
     """The algorithm a run trained, from final_results.json, else config.yaml."""
     results = run_dir / FINAL_RESULTS_FILE
@@ -103,14 +116,12 @@ def run_algorithm(run_dir: Path) -> str | None:
         algorithm = json.loads(results.read_text()).get("algorithm")
         if algorithm:
             return str(algorithm)
-    config = run_dir / CONFIG_FILE
-    if config.exists():
-        import yaml  # deferred: only runs with a config need it
+    return _config_value(run_dir, "algorithm")
 
-        data = yaml.safe_load(config.read_text()) or {}
-        if isinstance(data, dict) and data.get("algorithm"):
-            return str(data["algorithm"])
-    return None
+
+def run_profile(run_dir: Path) -> str | None:
+    """The embedded profile a run used (config.yaml's `profile`: tiny, nano), None for a real run."""
+    return _config_value(run_dir, "profile")
 
 
 def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
@@ -130,6 +141,7 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
         history=read_metrics_jsonl(metrics),
         final_results=final_results,
         heldout=read_heldout(run_dir),
+        profile=run_profile(run_dir),
     )
 
 
@@ -146,10 +158,11 @@ def read_heldout(run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def load_runs(run_dirs: list[Path]) -> list[LocalRun]:
-    """Load several runs, labelled by folder name (by path where two names clash)."""
+def load_runs(run_dirs: list[Path], labels: list[str | None] | None = None) -> list[LocalRun]:
+    """Load several runs, labelled as given, else by folder name (by path where two names clash)."""
     names = [Path(d).name for d in run_dirs]
-    labels = [str(d) if names.count(Path(d).name) > 1 else Path(d).name for d in run_dirs]
+    labels = [given or (str(d) if names.count(Path(d).name) > 1 else Path(d).name)
+              for d, given in zip(run_dirs, labels or [None] * len(run_dirs), strict=True)]
     return [load_run(Path(d), label) for d, label in zip(run_dirs, labels, strict=True)]
 
 

@@ -21,7 +21,7 @@ from rlhf_recipes.tools.compare.align import (
     resolve_run_metric,
 )
 from rlhf_recipes.tools.compare.errors import CompareError
-from rlhf_recipes.tools.compare.load import LocalRun, ReferenceHistory, load_reference_csvs, load_runs
+from rlhf_recipes.tools.compare.load import NANO_PROFILE, LocalRun, ReferenceHistory, load_reference_csvs, load_runs
 from rlhf_recipes.registry import FAMILIES, family_named
 from rlhf_recipes.tools.compare.references import (
     SPECS,
@@ -175,7 +175,9 @@ def compare_with_reference(
 ) -> CompareReport:
     runs = load_runs(run_dirs)
     spec = _reference_spec(runs, reference)
-    notes: list[str] = []
+    notes: list[str] = [f"{run.path} is a --profile nano run (a 0.7M model on a CPU): the book's run is Qwen3-1.7B "
+                        f"on GPUs; `--reference nano` lays it over this project's recorded nano run"
+                        for run in runs if run.profile == NANO_PROFILE]
     _check_families(runs, spec, notes)
     if reference_csvs:
         history = load_reference_csvs(reference_csvs, reference_run)
@@ -290,8 +292,10 @@ def compare_local_runs(
     out_dir: Path | None = None,
     metrics: list[str] | None = None,
     fraction: float = WINDOW_FRACTION,
+    labels: list[str | None] | None = None,
+    notes: list[str] | None = None,
 ) -> CompareReport:
-    runs = load_runs(run_dirs)
+    runs = load_runs(run_dirs, labels)
     columns: list[str] = []
     for run in runs:
         columns.extend(c for c in run.history.columns if c not in columns)
@@ -324,7 +328,7 @@ def compare_local_runs(
         figure=plot.draw(panels, out / FIGURE_NAME, title),
         table_file=out / TABLE_NAME,
         summary_file=out / SUMMARY_NAME,
-        notes=[f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
+        notes=[*(notes or []), f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
         + (["rows `<name>: <metric>`: the run's held-out evaluation (RUN_DIR/eval/<name>.json) with its 95% "
             "interval"] if any(r.heldout for r in runs) else []),
         local_means=means,
