@@ -54,7 +54,8 @@ def default_output(model: Path, name: str) -> Path:
     return model / "eval" / f"{name}.json"
 
 
-def check_model(model: Path, recipe) -> None:
+def check_model(model: Path) -> None:
+    """A local folder that holds no saved model is named before the recipe is built (which can take seconds)."""
     from rlhf_recipes.models import EMBEDDED
     from rlhf_recipes.validation import check_model_folder, looks_local
 
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                                   f"got {value}")
         if args.quantize and args.baseline:
             raise RecipeError("--quantize compares the model with its quantized self; run --baseline separately")
+        check_model(args.model)
         recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides])
-        check_model(args.model, recipe)
         name = args.name or split
         output = args.output or default_output(args.model, name)
         options = EvalOptions(name=name, split=split, num_problems=args.num_problems, k=args.k, seed=args.seed,

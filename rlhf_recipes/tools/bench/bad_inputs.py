@@ -4,9 +4,11 @@
     rlhf-recipes bench-errors --repo ../old-main   # the same cases against another checkout (before/after)
     rlhf-recipes bench-errors --only data --json errors.json
 
-Each case runs `python <repo>/recipes/run.py ...` as its own process (as a user would) in a
-scratch folder, and is judged from its exit code and stderr:
-  clear      exit 2 (or the stated code), exactly one `error:` line, no traceback
+Each case runs `python <repo>/recipes/run.py ...`, or for the tools `python -m rlhf_recipes.tools COMMAND ...`
+(what `rlhf-recipes COMMAND` runs), as its own process (as a user would) in a scratch folder, and is judged from
+its exit code and stderr:
+  clear      exit 2 (or the stated code), exactly one `error:` line (argparse's `PROG: error:` counts), no
+             traceback
   traceback  a Python traceback reached the user
   silent     exit 0: the mistake was not noticed
   unclear    any other failure (a message, but not one line, or a wrong exit code)
@@ -33,12 +35,17 @@ GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"ro
 class Case:
     group: str
     name: str
-    argv: tuple[str, ...]  # after `recipes/run.py`; {r} = the repo's recipes/, {s} = the scratch folder
+    argv: tuple[str, ...]  # after `recipes/run.py` (or the tool's name); {r} = the repo's recipes/, {s} = scratch
     expect: int = 2  # the exit code of a clear report
+    tool: str | None = None  # an `rlhf-recipes` command (evaluate, compare, ...) instead of recipes/run.py
 
 
 def _tiny(recipe: str, *extra: str) -> tuple[str, ...]:
     return (f"{{r}}/{recipe}", "--profile", "tiny", "--output_dir", "{s}/out", *extra)
+
+
+def _tool(group: str, name: str, command: str, *argv: str) -> Case:
+    return Case(group, name, argv, tool=command)
 
 
 CASES: tuple[Case, ...] = (
@@ -96,6 +103,18 @@ CASES: tuple[Case, ...] = (
     Case("runs", "learning rate 10 (divergence), stop on health", _tiny("dpo.yaml", "--output_dir", "{s}/diverge",
                                                                         "--learning_rate", "10", "--max_steps", "8",
                                                                         "--stop_on_health_warning"), expect=3),
+    # The tools (rlhf-recipes COMMAND), on what a user points them at
+    _tool("tools", "evaluate: run folder missing", "evaluate", "{s}/no-run"),
+    _tool("tools", "evaluate: a folder without a model", "evaluate", "{s}/existing"),
+    _tool("tools", "evaluate: --quantize int3", "evaluate", "{s}/existing", "--quantize", "int3"),
+    _tool("tools", "compare: not a run folder", "compare", "{s}/existing"),
+    _tool("tools", "compare --reference nano: no recorded run of the algorithm", "compare", "{s}/sft-run",
+          "--reference", "nano"),
+    _tool("tools", "compare: unknown book algorithm", "compare", "{s}/sft-run", "--reference", "dpoo"),
+    _tool("tools", "runs: folder missing", "runs", "{s}/no-outputs"),
+    _tool("tools", "chat: run folder missing", "chat", "{s}/no-run"),
+    _tool("tools", "export: run folder missing", "export", "{s}/no-run", "{s}/exported"),
+    _tool("tools", "nano-book: unknown algorithm", "nano-book", "--algorithms", "grpoo"),
 )
 
 
@@ -120,10 +139,18 @@ def make_scratch(folder: Path) -> None:
     write("no-tokenizer/model.safetensors", "")
     (folder / "existing").mkdir()
     write("existing/config.yaml", "algorithm: dpo\n")  # a folder that already holds a run
+    (folder / "sft-run").mkdir()  # a run folder as compare reads it (no recorded nano run of sft)
+    write("sft-run/config.yaml", "algorithm: sft\nprofile: nano\n")
+    write("sft-run/metrics.jsonl", json.dumps({"step": 1, "loss": 1.0}) + "\n")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """`error: ...` lines, and argparse's `PROG: error: ...` (the tools' flags are parsed by argparse)."""
+    return [line for line in stderr.splitlines() if line.startswith("error:") or ": error: " in line]
 
 
 def judge(code: int, stderr: str, expect: int) -> str:
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(stderr)
     if "Traceback (most recent call last)" in stderr:
         return "traceback"
     if code == 0:
@@ -139,13 +166,16 @@ def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
            "HF_HOME": str(scratch / "hf-home")}
     start = time.time()
     try:
-        done = subprocess.run([sys.executable, str(repo / "recipes" / "run.py"), *argv], cwd=scratch, env=env,
+        command = ["-m", "rlhf_recipes.tools", case.tool] if case.tool else [str(repo / "recipes" / "run.py")]
+        if case.tool:  # the repo's package, whatever is installed
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p)
+        done = subprocess.run([sys.executable, *command, *argv], cwd=scratch, env=env,
                               capture_output=True, text=True, timeout=timeout)
         code, stderr = done.returncode, done.stderr
     except subprocess.TimeoutExpired:
         code, stderr = -1, "timeout"
     seconds = time.time() - start
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    errors = error_lines(stderr)
     message = errors[0] if errors else (stderr.strip().splitlines() or [""])[-1]
     return {"group": case.group, "case": case.name, "exit": code, "verdict": judge(code, stderr, case.expect),
             "seconds": round(seconds, 1), "message": message[:300]}
@@ -155,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[3],
                         help="checkout whose recipes/run.py is tried (default: this one)")
-    parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, runs)")
+    parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, runs, tools)")
     parser.add_argument("--json", type=Path, help="also write every result here")
     parser.add_argument("--timeout", type=int, default=300)
     args = parser.parse_args(argv)
