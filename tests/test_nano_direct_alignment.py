@@ -76,3 +76,24 @@ def test_dpo_on_nano_raises_heldout_preference_accuracy(dpo_eval):
     gain = dpo_eval["difference"]["logprob_accuracy"]
     assert gain["value"] > 0 and gain["low"] > 0, gain
     assert "exact_match" in dpo_eval["difference"]  # the task's accuracy, before and after, in the same result
+
+
+def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
+    """The nano overlay swaps the data for pairs sampled on spell_backward and sizes the run for a CPU; the loss
+    stays the algorithm's (registry defaults untouched), and beta is the recipe's unless the registry's `nano`
+    sets one (the summed-log-ratio losses)."""
+    import yaml
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.registry import ALGORITHMS
+    from rlhf_recipes.tools.nano_book import nano_algorithms
+
+    names = nano_algorithms("direct_alignment")
+    assert len(names) == 9 and "dpo" in names and "grpo" not in names
+    for name in names:
+        recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
+        assert recipe.value("model_name_or_path") == "nano" and recipe.args.dataset == "reasoning_gym_preferences"
+        for key, value in ALGORITHMS[name].defaults.items():
+            assert recipe.value(key) == value, (name, key)
+        own_beta = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["beta"]
+        assert recipe.value("beta") == ALGORITHMS[name].nano.get("beta", own_beta), name
