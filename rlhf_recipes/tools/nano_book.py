@@ -45,7 +45,7 @@ LABELS = {
     "rewards/correctness_reward/mean": ("Training reward (the book's correctness_reward)",
                                         "correctness reward (0-1, running mean of 10 logs)", False),
     "rewards/accuracies": ("Training preference accuracy (TRL's rewards/accuracies)",
-                           "share of the step's pairs ranked right (0-1, running mean of 10 logs)", False),
+                           "pairs ranked right (0-1, running mean of 10 logs)", False),
 }
 
 
