@@ -404,8 +404,11 @@ def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, value
     if profile == "tiny":
         return {**TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
     if family.nano_overlay is None:
+        from rlhf_recipes.registry import FAMILIES, family_named
+
+        running = ", ".join(f for f in FAMILIES if family_named(f).nano_overlay is not None)
         raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
-                          f"`{algorithm.name}`) yet; it runs the policy-gradient recipes (docs/nano.md). Use "
+                          f"`{algorithm.name}`) yet; it runs these families' recipes: {running} (docs/nano.md). Use "
                           "--profile tiny for a smoke run")
     from rewards.reward_model import RM_PREFIX
 

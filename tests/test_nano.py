@@ -63,8 +63,8 @@ def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
     explicit = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--learning_rate", "3e-5"],
                            construct=False)
     assert explicit.value("learning_rate") == 3e-5  # the command line still wins over the profile
-    with pytest.raises(RecipeError, match="profile `nano` does not run the direct_alignment family"):
-        load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+    with pytest.raises(RecipeError, match="profile `nano` does not run the sft family"):
+        load_recipe([str(RECIPES / "sft.yaml"), "--profile", "nano"], construct=False)
     # nano swaps the data for spell_backward: a recipe rewarded by a learned RM (the HH pipeline's) is refused
     with pytest.raises(RecipeError, match="learned reward model `rm:outputs/hh_rm` does not score"):
         load_recipe([str(RECIPES / "hh_grpo.yaml"), "--profile", "nano"], construct=False)
@@ -114,23 +114,30 @@ def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
     assert gain["value"] >= 0.05 and gain["low"] > 0, gain
 
 
-def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(tmp_path):
-    """The recorded nano runs (reference_runs/nano/) go through nano-book's own summary, plot and table: every
-    algorithm of the family is there with a gain, its interval and a wall time; a bad --algorithms is refused."""
+@pytest.mark.parametrize("family", ["policy_gradient", "direct_alignment"])
+def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(family, tmp_path):
+    """The recorded nano runs of a family (reference_runs/nano/) go through nano-book's own summary, plot and table:
+    every algorithm of the family is there with a gain per held-out metric, its interval and a wall time; a bad
+    --algorithms or --family is refused."""
     from rlhf_recipes.paths import REFERENCE_RUNS_DIR
-    from rlhf_recipes.tools.nano_book import nano_algorithms, parse, plot, summary, table
+    from rlhf_recipes.tools.nano_book import book_metrics, nano_algorithms, parse, plot, summary, table
 
+    heldout, _ = book_metrics(family)
     rows = []
-    for name in nano_algorithms():
+    for name in nano_algorithms(family):
         run = REFERENCE_RUNS_DIR / "nano" / name
         wall = json.loads((run / "nano_book_wall_s.json").read_text())["wall_s"]
-        row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()))
-        low, high = row["gain_interval"]
-        assert low <= row["gain"] <= high and row["curves"]["heldout"] and row["curves"]["reward"]
+        row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()), family)
+        for metric in heldout:
+            low, high = row["metrics"][metric]["gain_interval"]
+            assert low <= row["metrics"][metric]["gain"] <= high and row["curves"]["heldout"][metric]
+        assert row["curves"]["training"]
         rows.append(row)
-    plot(rows, tmp_path / "nano_book.png")
+    plot(rows, tmp_path / "nano_book.png", family)
     assert (tmp_path / "nano_book.png").stat().st_size > 10_000
-    assert table(rows).row_count == len(nano_algorithms())
-    with pytest.raises(SystemExit) as stop:
-        parse(["--algorithms", "grpo,dpo"])
-    assert stop.value.code == 2
+    assert table(rows, family).row_count == len(nano_algorithms(family))
+    for bad in (["--algorithms", "grpo,dpo"], ["--family", "direct_alignment", "--algorithms", "grpo"],
+                ["--family", "sft"]):
+        with pytest.raises(SystemExit) as stop:
+            parse(bad)
+        assert stop.value.code == 2

@@ -36,6 +36,9 @@ class DataSource:
     # (rlhf_recipes/evaluation/heldout.py), and its shipped fixture for the tiny profile.
     heldout_split: str | None = None
     heldout_fixture: str | None = None
+    # A procedural source's own held-out rows: (recipe, count) -> (rows, description); e.g. preference pairs
+    # sampled on a reasoning-gym task's held-out draw (data/reasoning_gym_preferences.py).
+    heldout: Callable[[Any, int | None], tuple[list[dict[str, Any]], dict[str, Any]]] | None = None
     # The recipe's `system_prompt` -> the system message's text, where a source reads it as a name
     # (reasoning-gym: 'DeepSeekZero'); None: the text as written.
     system_prompt_text: Callable[[str | None], str | None] | None = None

@@ -9,6 +9,7 @@ too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/
                     the rows after the training rows), checked against the training prompts
   reasoning.py      reasoning-gym tasks (policy gradients, SDPO)     gsm8k.py   GSM8K (rejection sampling)
   preferences.py    direct alignment                                 sft.py     SFT
+  task_preferences.py  direct alignment on pairs sampled on a task: preferences.py + the task's exact match
   reward_models.py  reward models                                    run.py     one evaluation -> its JSON document
   callback.py       periodic evaluation during training (eval/* metrics)
 A family says which evaluator its runs get: `Family.evaluator(recipe, options)` (rlhf_recipes/families/).
@@ -26,7 +27,9 @@ def task_evaluator(recipe, options: EvalOptions) -> Evaluator | None:
     from rlhf_recipes.evaluation.gsm8k import Gsm8kEvaluator
     from rlhf_recipes.evaluation.reasoning import ReasoningGymEvaluator
 
-    by_source = {"reasoning_gym": ReasoningGymEvaluator, "gsm8k": Gsm8kEvaluator}
+    # reasoning_gym_preferences: pairs sampled on a reasoning-gym task, whose held-out problems score the policy too
+    by_source = {"reasoning_gym": ReasoningGymEvaluator, "reasoning_gym_preferences": ReasoningGymEvaluator,
+                 "gsm8k": Gsm8kEvaluator}
     cls = by_source.get(recipe.args.dataset)
     return None if cls is None else cls(recipe, options)
 

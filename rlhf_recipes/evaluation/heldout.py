@@ -1,5 +1,7 @@
 """The held-out rows of a recipe that reads a dataset (preference pairs, SFT conversations), in this order:
 
+  0. a procedural source's own held-out rows, where it builds them (DataSource.heldout: pairs sampled on a
+     reasoning-gym task's held-out draw), checked by the source itself;
   1. the recipe's own held-out split (eval_fraction > 0): exactly the rows the run held out (same seed);
   2. else the dataset's held-out split (DataSource.heldout_split, e.g. no_robots' test; the tiny profile
      reads its shipped fixture);
@@ -27,6 +29,8 @@ def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[
     from rlhf_recipes.data.sources import FIXTURES, SOURCES, _read, load_splits, normalize_rows
 
     args, source = recipe.args, SOURCES[recipe.args.dataset]
+    if source.heldout is not None and not args.data_files:
+        return source.heldout(recipe, count)
     if recipe.origin.get("data_files") == "command line":  # the user's own held-out file, as it is
         train, evals = load_splits(recipe)
         rows = [*train.to_list(), *(evals.to_list() if evals is not None else [])][:count]

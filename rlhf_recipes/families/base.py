@@ -83,6 +83,11 @@ class Family:
     compare_metrics: ClassVar[tuple[str, ...]] = ("loss", "grad_norm")
     # The model's tokenizer must bring a chat template (conversational prompts); checked before anything loads.
     needs_chat_template: ClassVar[bool] = False
+    # `rlhf-recipes nano-book --family NAME` (tools/nano_book.py), for a family that runs on nano: the held-out
+    # metrics of its table and figure (the evaluator's, logged as eval/<metric> during training; a run "learns"
+    # when every one's gain interval is above zero) and the training metric drawn beside them.
+    nano_book_heldout: ClassVar[tuple[str, ...]] = ()
+    nano_book_training: ClassVar[str | None] = None
 
     def sequences_per_example(self, recipe) -> int:
         """Sequences one training example puts through the forward (chosen + rejected: 2)."""

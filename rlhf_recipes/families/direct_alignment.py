@@ -22,6 +22,32 @@ class DirectAlignment(Family):
         "effective_batch_size": 4,
         "max_length": 256,
     }
+    # On top of config.NANO_COMMON: the book's task on the nano base (rlhf_recipes/nano.py), sized for a CPU. The
+    # pairs are sampled from the nano base itself and labelled by the task's scorer (a correct and an incorrect
+    # completion of the same prompt: data/reasoning_gym_preferences.py); the algorithm's own settings (its loss,
+    # the registry's defaults, the recipe's beta) stay; only what a 0.7M model on a CPU needs changes here.
+    nano_overlay = {
+        "dataset": "reasoning_gym_preferences",  # pairs from the book's task, whatever the recipe's dataset ...
+        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
+            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
+            "seed": 42},
+        "system_prompt": "DeepSeekZero",  # the book's prompt: one token of the nano tokenizer
+        "num_samples": 3000,  # prompts drawn (x8 samples, ~1 min): ~1000 give a pair on the nano base
+        "max_length": 96,  # prompt ~37 tokens + completion <= 24 + template: nothing is cut
+        # 32 pairs per optimizer step, one micro-batch (a CPU runs one forward of 64 sequences faster than eight of
+        # 8); the book's 64 would be ~15 steps per epoch of the ~1000 pairs.
+        "per_device_train_batch_size": 32,
+        "per_device_eval_batch_size": 32,
+        "effective_batch_size": 32,
+        # Measured (DPO, beta 0.1): lr 1e-4 reached held-out preference accuracy 0.905 after 200 steps but exact
+        # match fell 21% -> 0% (both completions pushed down, letter soup); lr 1e-5 / 3e-5 lost exact match more
+        # slowly. With the nano beta (registry: 1.0 for summed log-ratios), lr 1e-5 keeps it (see registry.py).
+        "learning_rate": 1.0e-5,
+        "max_steps": 200,  # ~6.5 epochs of the pairs (the book: 3 epochs of 6400); ~2-3 minutes on one CPU thread
+    }
+    # The issue's two claims for direct alignment on nano: held-out preference accuracy, and task accuracy.
+    nano_book_heldout = ("implicit_accuracy", "exact_match")
+    nano_book_training = "rewards/accuracies"  # the training pairs' preference accuracy, as TRL logs it
     compare_metrics = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "loss",
                        "nll_loss", "kl", "grad_norm")
 
@@ -53,10 +79,18 @@ class DirectAlignment(Family):
         return {"reference_free": True}
 
     def evaluator(self, recipe, options):
-        """Held-out pairs: implicit-reward accuracy and margins; win rate against the reference with --judge."""
+        """Held-out pairs: implicit-reward accuracy and margins; win rate against the reference with --judge.
+        Pairs sampled on a verifiable task (the nano profile's) are scored with the task's own held-out accuracy
+        too: the point of aligning on them is answering the task better."""
+        from rlhf_recipes.evaluation import task_evaluator
         from rlhf_recipes.evaluation.preferences import PreferenceEvaluator
 
-        return PreferenceEvaluator(recipe, options)
+        task = task_evaluator(recipe, options)
+        if task is None:
+            return PreferenceEvaluator(recipe, options)
+        from rlhf_recipes.evaluation.task_preferences import TaskPreferenceEvaluator
+
+        return TaskPreferenceEvaluator(recipe, options, task)
 
 
 FAMILY = DirectAlignment()

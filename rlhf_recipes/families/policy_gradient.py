@@ -70,6 +70,8 @@ class PolicyGradient(Family):
         "log_samples_every": 40,
         "log_samples_count": 2,
     }
+    nano_book_heldout = ("exact_match",)  # the book's figure: held-out accuracy on the task ...
+    nano_book_training = "rewards/correctness_reward/mean"  # ... beside the training correctness reward
     generates_rollouts = True
     book_logs_by_rollout = True
     compare_metrics = ("reward", "rewards/*/mean", "completions/mean_length", "kl", "loss", "grad_norm")

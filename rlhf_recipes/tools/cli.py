@@ -9,6 +9,7 @@
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
     rlhf-recipes nano-book                                  # every policy gradient on nano, one figure
+    rlhf-recipes nano-book --family direct_alignment        # the same for DPO and its relatives
     rlhf-recipes runs --prune 2                             # every run under outputs/; keep 2 checkpoints each
     rlhf-recipes chat outputs/dpo                           # a local web page: the trained model vs its start
     rlhf-recipes export outputs/dpo exported/dpo            # a standard Hugging Face model folder + model card
@@ -43,7 +44,7 @@ COMMANDS: dict[str, Command] = {
                         "held-out task accuracy of a run (any family), before / after with intervals"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
     "nano-book": Command("rlhf_recipes.tools.nano_book:main",
-                         "every policy-gradient recipe on the nano profile: held-out gains, one figure, a table"),
+                         "every recipe of a family (--family) on the nano profile: held-out gains, one figure, a table"),
     "results": Command("rlhf_recipes.tools.results:main",
                        "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),
     "runs": Command("rlhf_recipes.tools.runs:main",
