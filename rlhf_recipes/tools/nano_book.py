@@ -35,10 +35,12 @@ REWARD = "rewards/correctness_reward/mean"  # the book's correctness reward, as 
 
 
 def nano_algorithms() -> list[str]:
-    """The registry's algorithms whose family runs on nano (Family.nano_overlay), in the registry's order."""
+    """The policy-gradient algorithms (the family of the book's figure), in the registry's order. Other families
+    run on nano too (SDPO, rejection sampling: docs/nano.md), but their curves are not the figure's."""
+    from rlhf_recipes.families.policy_gradient import FAMILY as POLICY_GRADIENT
     from rlhf_recipes.registry import ALGORITHMS, family_of
 
-    return [name for name, algorithm in ALGORITHMS.items() if family_of(algorithm).nano_overlay is not None]
+    return [name for name, algorithm in ALGORITHMS.items() if family_of(algorithm) is POLICY_GRADIENT]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
