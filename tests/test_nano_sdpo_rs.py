@@ -29,7 +29,7 @@ def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
     """The nano model and task; every registry default kept (the selection rule of each recipe, SDPO's
     distillation); SDPO keeps the book's success threshold (the tiny profile lowers it to 0); rejection sampling
     scores with the task's verifier, so no reward model is checked or loaded."""
-    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.config import RecipeError, load_recipe
     from rlhf_recipes.registry import ALGORITHMS
     from rlhf_recipes.validation import check_inputs
 
@@ -46,6 +46,9 @@ def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
     assert sdpo.training.per_device_train_batch_size % sdpo.training.num_generations == 0
     rs = load_recipe([str(RECIPES / "rejection_sampling_top_k_overall.yaml"), "--profile", "nano"])
     assert rs.training.reward_func == "correctness_reward" and rs.training.selection_rule == "top_k_overall"
+    # a family still without a nano overlay (SFT: the nano base is its own recipe) is refused, naming these two
+    with pytest.raises(RecipeError, match="does not run the sft family.*rejection_sampling, self_distillation"):
+        load_recipe([str(RECIPES / "sft.yaml"), "--profile", "nano"], construct=False)
 
 
 def test_rejection_sampling_on_nano_raises_heldout_exact_match(nano_base, tmp_path):
