@@ -86,7 +86,7 @@ class ReasoningGymEvaluator(Evaluator):
         return {"score": score, "correct": score == 1.0}
 
     def score(self, model, tokenizer) -> Scores:
-        from rewards.reasoning_tasks import format_score, score_completion
+        from rewards.reasoning_tasks import format_score
         from rlhf_recipes.evaluation.generation import generate, throughput
 
         problems, _ = self.data()
@@ -95,7 +95,7 @@ class ReasoningGymEvaluator(Evaluator):
         stats: dict = {}
         greedy = generate(model, tokenizer, chats, n=1, batch_size=o.batch_size, max_new_tokens=self.max_new_tokens(),
                           chat_template_kwargs=kwargs, desc="greedy", seed=o.seed, stats=stats)
-        scores = [score_completion(g[0]["text"], r["rg_dataset"], r["rg_index"]) for g, r in zip(greedy, problems)]
+        scores = [self.grade(g[0]["text"], r)["score"] for g, r in zip(greedy, problems)]
         per_problem = {
             "exact_match": [float(s == 1.0) for s in scores],
             "mean_score": scores,
@@ -109,7 +109,7 @@ class ReasoningGymEvaluator(Evaluator):
             sampled = generate(model, tokenizer, chats, n=o.k, batch_size=max(1, o.batch_size // o.k) or 1,
                                max_new_tokens=self.max_new_tokens(), chat_template_kwargs=kwargs, desc=f"sample x{o.k}",
                                seed=o.seed + 1, stats=stats, **self.sampling())
-            correct = [sum(score_completion(c["text"], r["rg_dataset"], r["rg_index"]) == 1.0 for c in group)
+            correct = [sum(self.grade(c["text"], r)["correct"] for c in group)
                        for group, r in zip(sampled, problems)]
             per_problem[f"pass@{o.k}"] = [pass_at_k(o.k, c, o.k) for c in correct]
             per_problem["pass@1_sampled"] = [pass_at_k(o.k, c, 1) for c in correct]
