@@ -27,7 +27,7 @@ import yaml
 from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, read_fields, text
 from rlhf_recipes.data.sources import SOURCES
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of, import_object
+from rlhf_recipes.registry import ALGORITHMS, FAMILIES, Algorithm, family_named, family_of, import_object
 from rlhf_recipes.validation import check_ranges
 
 PROFILES = ("tiny", "nano")
@@ -404,8 +404,6 @@ def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, value
     if profile == "tiny":
         return {**TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
     if family.nano_overlay is None:
-        from rlhf_recipes.registry import FAMILIES, family_named
-
         running = ", ".join(f for f in FAMILIES if family_named(f).nano_overlay is not None)
         raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
                           f"`{algorithm.name}`) yet; it runs these families' recipes: {running} (docs/nano.md). Use "

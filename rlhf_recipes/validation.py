@@ -298,7 +298,7 @@ def check_inputs(recipe) -> None:
         if isinstance(spec, str) and spec.startswith(RM_PREFIX):
             check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
     scorer = recipe.value("reward_model")  # a config's reward model that is not a reward function (rejection sampling)
-    if isinstance(scorer, str):
+    if isinstance(scorer, str) and recipe.value("reward_func") is None:  # a verifier replaces it (nano)
         if scorer.startswith(RM_PREFIX):
             check_reward_model(scorer[len(RM_PREFIX):], recipe.where("reward_model"))
         else:

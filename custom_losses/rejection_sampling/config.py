@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import rewards
 from custom_losses.rejection_sampling.selection import RULES
 from custom_losses.sft.config import BookSFTConfig
+from rewards.reward_model import RM_PREFIX
 
 
 @dataclass
@@ -27,6 +29,12 @@ class RejectionSamplingConfig(BookSFTConfig):
         metadata={"help": "Sequence classifier with one logit (hub id or folder; `rm:<folder>` too); its logit on "
                   "the chat [system, question, completion] is the reward. 'tiny': a stand-in built from the tiny "
                   "model."},
+    )
+    reward_func: str | None = field(
+        default=None,
+        metadata={"help": "A verifiable reward by its registered name (rewards/, e.g. correctness_reward): stages 2-3 "
+                  "score each completion with the task's own checker against the prompt's answer instead of "
+                  "`reward_model` (verifier-based rejection sampling; the nano profile sets it)."},
     )
     reward_model_trust_remote_code: bool = field(
         default=False,
@@ -52,6 +60,10 @@ class RejectionSamplingConfig(BookSFTConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.reward_func is not None:
+            if self.reward_func.startswith(RM_PREFIX):
+                raise ValueError(f"reward_func {self.reward_func!r} names a reward model: set reward_model to it")
+            rewards.check_names([self.reward_func])
         if self.selection_rule not in RULES:
             raise ValueError(f"selection_rule must be one of {', '.join(RULES)}, got {self.selection_rule!r}")
         for name in ("selection_k", "num_completions", "rollout_max_new_tokens", "rollout_batch_size",

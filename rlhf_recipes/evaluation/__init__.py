@@ -7,7 +7,8 @@ too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/
   loading.py        the model to evaluate, optionally quantized (bitsandbytes int8 / int4)
   heldout.py        held-out rows of a dataset-reading recipe (its eval split, the dataset's test split, or
                     the rows after the training rows), checked against the training prompts
-  reasoning.py      reasoning-gym tasks (policy gradients, SDPO)     gsm8k.py   GSM8K (rejection sampling)
+  reasoning.py      reasoning-gym tasks (policy gradients, SDPO)     gsm8k.py   GSM8K (rejection sampling, book)
+  (a task's evaluator is picked by the data source the recipe trains on: task_evaluator below)
   preferences.py    direct alignment                                 sft.py     SFT
   task_preferences.py  direct alignment on pairs sampled on a task: preferences.py + the task's exact match
   reward_models.py  reward models                                    run.py     one evaluation -> its JSON document

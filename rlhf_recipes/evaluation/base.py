@@ -125,6 +125,19 @@ class Evaluator:
     def score(self, model, tokenizer) -> Scores:
         raise NotImplementedError
 
+    def chat_template_kwargs(self) -> dict | None:
+        """How the recipe renders its prompts: its `enable_thinking` (rejection sampling) or its
+        `chat_template_kwargs` (policy gradients, SDPO)."""
+        t = self.recipe.training
+        if hasattr(t, "enable_thinking"):
+            return {"enable_thinking": t.enable_thinking}
+        return getattr(t, "chat_template_kwargs", None)
+
+    def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
+        """One completion of one held-out problem (or of a training row of the same task) graded as score()
+        grades it: a dict with at least `correct` (bool). Task evaluators only."""
+        raise NotImplementedError(f"{type(self).__name__} grades no single completions")
+
     def prompts(self) -> tuple[list[list[dict]], dict | None, int] | None:
         """(chats, chat_template_kwargs, max_new_tokens) on which a policy's own generations are compared with its
         quantized copy (KL); None: not a policy."""

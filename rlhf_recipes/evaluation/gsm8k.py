@@ -82,11 +82,8 @@ class Gsm8kEvaluator(Evaluator):
         return (self.options.max_new_tokens or getattr(t, "eval_max_new_tokens", None)
                 or getattr(t, "max_completion_length", None) or 512)
 
-    def chat_template_kwargs(self) -> dict | None:
-        t = self.recipe.training
-        if hasattr(t, "enable_thinking"):
-            return {"enable_thinking": t.enable_thinking}
-        return getattr(t, "chat_template_kwargs", None)
+    def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
+        return grade(completion, problem["answer"])
 
     def prompts(self):
         problems, _ = self.data()
@@ -100,7 +97,7 @@ class Gsm8kEvaluator(Evaluator):
         answers = generate(model, tokenizer, [list(r["prompt"]) for r in problems], n=1,
                            batch_size=self.options.batch_size, max_new_tokens=self.max_new_tokens(),
                            chat_template_kwargs=self.chat_template_kwargs(), desc="greedy", stats=stats)
-        graded = [grade(a[0]["text"], r["answer"]) for a, r in zip(answers, problems)]
+        graded = [self.grade(a[0]["text"], r) for a, r in zip(answers, problems)]
         per_problem = {
             "exact_match": [float(g["correct"]) for g in graded],
             "math_verify": [float(g["math_verify"]) for g in graded],

@@ -1,4 +1,5 @@
-"""Held-out evaluation on reasoning-gym tasks (policy gradients, SDPO): the book's task, problems it never trained on.
+"""Held-out evaluation on reasoning-gym tasks (policy gradients, SDPO, rejection sampling on nano): the book's task,
+problems it never trained on.
 
 The held-out split: the recipe's own composite (its `dataset_kwargs` tasks and configs) drawn with another
 seed, HELDOUT_SEED_OFFSET above the training seed (dataset_kwargs.seed, else the recipe's seed). Every
@@ -64,7 +65,9 @@ class ReasoningGymEvaluator(Evaluator):
         return kept, data
 
     def max_new_tokens(self) -> int:
-        return self.options.max_new_tokens or getattr(self.recipe.training, "max_completion_length", None) or 256
+        t = self.recipe.training  # the evaluation's own budget (rejection sampling), else the completion budget
+        return (self.options.max_new_tokens or getattr(t, "eval_max_new_tokens", None)
+                or getattr(t, "max_completion_length", None) or 256)
 
     def sampling(self) -> dict[str, Any]:
         t = self.recipe.training
@@ -73,20 +76,26 @@ class ReasoningGymEvaluator(Evaluator):
 
     def prompts(self):
         problems, _ = self.data()
-        return ([list(r["prompt"]) for r in problems], getattr(self.recipe.training, "chat_template_kwargs", None),
-                self.max_new_tokens())
+        return [list(r["prompt"]) for r in problems], self.chat_template_kwargs(), self.max_new_tokens()
+
+    def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
+        """reasoning-gym's score_answer on the last <answer> tag (partial credit); correct: a score of 1."""
+        from rewards.reasoning_tasks import score_completion
+
+        score = score_completion(completion, problem["rg_dataset"], problem["rg_index"])
+        return {"score": score, "correct": score == 1.0}
 
     def score(self, model, tokenizer) -> Scores:
-        from rewards.reasoning_tasks import format_score, score_completion
+        from rewards.reasoning_tasks import format_score
         from rlhf_recipes.evaluation.generation import generate, throughput
 
         problems, _ = self.data()
-        o, kwargs = self.options, getattr(self.recipe.training, "chat_template_kwargs", None)
+        o, kwargs = self.options, self.chat_template_kwargs()
         chats = [list(r["prompt"]) for r in problems]
         stats: dict = {}
         greedy = generate(model, tokenizer, chats, n=1, batch_size=o.batch_size, max_new_tokens=self.max_new_tokens(),
                           chat_template_kwargs=kwargs, desc="greedy", seed=o.seed, stats=stats)
-        scores = [score_completion(g[0]["text"], r["rg_dataset"], r["rg_index"]) for g, r in zip(greedy, problems)]
+        scores = [self.grade(g[0]["text"], r)["score"] for g, r in zip(greedy, problems)]
         per_problem = {
             "exact_match": [float(s == 1.0) for s in scores],
             "mean_score": scores,
@@ -100,7 +109,7 @@ class ReasoningGymEvaluator(Evaluator):
             sampled = generate(model, tokenizer, chats, n=o.k, batch_size=max(1, o.batch_size // o.k) or 1,
                                max_new_tokens=self.max_new_tokens(), chat_template_kwargs=kwargs, desc=f"sample x{o.k}",
                                seed=o.seed + 1, stats=stats, **self.sampling())
-            correct = [sum(score_completion(c["text"], r["rg_dataset"], r["rg_index"]) == 1.0 for c in group)
+            correct = [sum(self.grade(c["text"], r)["correct"] for c in group)
                        for group, r in zip(sampled, problems)]
             per_problem[f"pass@{o.k}"] = [pass_at_k(o.k, c, o.k) for c in correct]
             per_problem["pass@1_sampled"] = [pass_at_k(o.k, c, 1) for c in correct]

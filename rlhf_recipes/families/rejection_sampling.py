@@ -10,12 +10,15 @@ trainer -> train -> final results) without a second entry point:
   trainer     `build_trainer` runs stages 1-4 before it builds the SFT trainer, because the SFT
               stage's training rows ARE stage 4's output:
                 1 generate  N completions per prompt            -> rollouts.jsonl
-                2-3 score   reward-model logit per completion   -> scored.jsonl (the per-prompt cache)
+                2-3 score   reward-model logit per completion   -> scored.jsonl (the per-prompt cache);
+                            or, with `reward_func` (the nano profile), the task's verifier
                 4 select    the recipe's rule (selection.py)    -> selection.jsonl
                 6 (base)    greedy accuracy of the base policy  -> eval_base.jsonl
   train       5: BookSFTTrainer (custom_losses/sft/) on the selection, resumable like any run;
   results     6 (tuned): `final_results` evaluates the trained policy -> eval_tuned.jsonl, and puts
               test_accuracy (tuned) and base_test_accuracy in final_results.json.
+Stages 4 (its statistics) and 6 grade with the held-out evaluator of the prompts' task (`task_evaluator`: GSM8K
+for the book's recipes, reasoning-gym spell_backward on nano), the one `rlhf-recipes evaluate` uses.
 Each stage writes its file atomically (a .tmp renamed) and a re-run (`--resume`) that finds the
 file reads it instead of recomputing ("stage ...: found ..., skipped" in the log). Under several
 processes, the main process runs the stages first and the others then find the files.
@@ -167,6 +170,36 @@ class RejectionSampling(SupervisedFineTuning):
         "max_length": 256,
         "chat_template_from": None,
     }
+    # On top of config.NANO_COMMON: the book's six stages on the nano base (rlhf_recipes/nano.py) and the book's
+    # reasoning task instead of GSM8K, sized for a CPU. Stages 2-3 score with the task's own checker, not a reward
+    # model: nano swaps the data for spell_backward, which no learned RM here has scored, and the task is
+    # verifiable, so the reward is the book's correctness reward (reasoning-gym's score_answer, partial credit):
+    # rejection sampling with a verifier in the reward model's place (the rules select by a reward either way).
+    # Stage 6 then reports held-out spell_backward exact match (evaluation/reasoning.py), as `rlhf-recipes
+    # evaluate` does. The selection rules, N = 8, top_p / top_k and the 2 SFT epochs stay the book's.
+    nano_overlay = {
+        "dataset": "reasoning_gym",  # the book's policy-gradient task ...
+        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
+            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
+            "seed": 42},
+        "system_prompt": "DeepSeekZero",  # the book's reasoning prompt: one token of the nano tokenizer
+        "num_samples": 1000,  # the book's 1000 prompts
+        "reward_func": "correctness_reward",  # the verifier (stages 2-3); reward_model is then not loaded
+        # Measured (top_per_prompt, 1000 prompts x 8): at the book's 0.8 a 0.7M model's samples are exact only 4.5% of
+        # the time (greedy: 21%) and the SFT stage gained +4.5 points; at 0.6, 11% exact and +10.5 points (0.4: 18%
+        # exact, +12 points, less varied). The book's model samples near its greedy accuracy at 0.8; this one at 0.6.
+        "rollout_temperature": 0.6,
+        "rollout_max_new_tokens": 24,  # the base answers in ~10-16 tokens
+        "rollout_batch_size": 64,  # prompts per generate call (x 8): a CPU generates wide batches faster
+        "eval_questions": 200,  # the held-out draw of `rlhf-recipes evaluate` (200 problems)
+        "eval_max_new_tokens": 24,
+        "eval_generation_batch_size": 100,
+        "per_device_train_batch_size": 32,  # one micro-batch per step: a CPU runs one forward of 32 faster
+        "effective_batch_size": 32,  # than four of 8
+        "learning_rate": 1.0e-4,  # measured at 0.6: 5e-5 / 1e-4 / 3e-4 -> 30 / 31 / 28.5% (the book's 5e-6: 1.7B)
+        "max_length": 128,  # prompts are ~37 tokens, completions ~16
+        "chat_template_from": None,  # the nano tokenizer has its own ChatML template
+    }
 
     # --- stages 1-4 (and the base evaluation) ---
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
@@ -181,7 +214,6 @@ class RejectionSampling(SupervisedFineTuning):
 
     def prepare(self, recipe, model, tokenizer, prompts) -> list[dict[str, Any]]:
         """Stages 1-4 and the base evaluation; returns the selection rows (selection.jsonl)."""
-        from custom_losses.rejection_sampling import grading
         from custom_losses.rejection_sampling.selection import pairs_of, select
 
         cfg, out = recipe.training, Path(recipe.training.output_dir)
@@ -197,7 +229,7 @@ class RejectionSampling(SupervisedFineTuning):
                                chat_template_kwargs={"enable_thinking": cfg.enable_thinking},
                                desc="generate", temperature=cfg.rollout_temperature, top_p=cfg.rollout_top_p,
                                top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
-            return [{"question": chat[-1]["content"], "answer": row["answer"],
+            return [{"question": chat[-1]["content"], "answer": row["answer"], "columns": task_columns(row),
                      "completions": [s["text"] for s in group], "truncated": [s["truncated"] for s in group]}
                     for chat, row, group in zip(chats, prompts, samples)]
 
@@ -206,13 +238,16 @@ class RejectionSampling(SupervisedFineTuning):
             self.evaluate(recipe, model, tokenizer, out / EVAL_BASE, "6 evaluate base")
 
         def scored():
-            rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
-            rm.to(model.device)
-            flat = [[*chat, {"role": "assistant", "content": c}]
-                    for chat, rec in zip(chats, generated) for c in rec["completions"]]
-            rewards = score(rm, rm_tokenizer, flat, cfg.score_batch_size)
-            del rm
-            _free()
+            if cfg.reward_func is not None:  # the task's own checker (the nano profile): no model to load
+                rewards = verifier_scores(cfg.reward_func, generated)
+            else:
+                rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
+                rm.to(model.device)
+                flat = [[*chat, {"role": "assistant", "content": c}]
+                        for chat, rec in zip(chats, generated) for c in rec["completions"]]
+                rewards = score(rm, rm_tokenizer, flat, cfg.score_batch_size)
+                del rm
+                _free()
             rows, k = [], 0
             for rec in generated:
                 n = len(rec["completions"])
@@ -224,8 +259,12 @@ class RejectionSampling(SupervisedFineTuning):
         selection = stage(out / SELECTION, f"4 select ({cfg.selection_rule})",
                           lambda: pairs_of(records, select(cfg.selection_rule, records, cfg.selection_k,
                                                            cfg.selection_seed)))
-        correct = [[grading.is_correct(grading.extract_answer(c), r["answer"]) for c in r["completions"]]
-                   for r in records]
+        grader = self.task_evaluator(recipe)  # the task's grading, as stage 6 grades
+
+        def is_correct(completion: str, record: dict[str, Any]) -> bool:
+            return bool(grader.grade(completion, {**record.get("columns", {}), "answer": record["answer"]})["correct"])
+
+        correct = [[is_correct(c, r) for c in r["completions"]] for r in records]
         self.stage_stats = {
             "rollouts": {
                 "prompts": len(records), "completions": sum(len(c) for c in correct),
@@ -238,7 +277,7 @@ class RejectionSampling(SupervisedFineTuning):
             "selection": {
                 "rule": cfg.selection_rule, "pairs": len(selection),
                 "distinct_prompts": len({s["prompt_index"] for s in selection}),
-                "correct_fraction": sum(grading.is_correct(grading.extract_answer(s["completion"]), s["answer"])
+                "correct_fraction": sum(is_correct(s["completion"], records[s["prompt_index"]])
                                         for s in selection) / max(1, len(selection)),
                 "mean_reward": sum(s["reward"] for s in selection) / max(1, len(selection)),
             },
@@ -248,8 +287,10 @@ class RejectionSampling(SupervisedFineTuning):
 
     @staticmethod
     def chat(recipe, question: str) -> list[dict[str, str]]:
-        system = recipe.args.system_prompt
-        return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": question}]
+        """[system, question] as the data source built the prompt (a named system prompt resolved to its text)."""
+        from rlhf_recipes.data.sources import chat_prompt
+
+        return chat_prompt(recipe, question)
 
     def sft_rows(self, recipe, selection):
         """Stage 5's rows: prompt = [system, question] rendered with enable_thinking as in generation (so an
@@ -262,21 +303,36 @@ class RejectionSampling(SupervisedFineTuning):
                                    "chat_template_kwargs": kwargs} for s in selection])
 
     # --- stage 6 ---
+    def task_evaluator(self, recipe):
+        """Stage 6's evaluator: the held-out evaluation of the prompts' task with stage 6's settings (the same
+        problems `rlhf-recipes evaluate` scores); a task without one is a one-line error."""
+        from rlhf_recipes.errors import RecipeError
+        from rlhf_recipes.evaluation import EvalOptions
+
+        cfg = recipe.training
+        options = EvalOptions(num_problems=cfg.eval_questions, batch_size=cfg.eval_generation_batch_size,
+                              max_new_tokens=cfg.eval_max_new_tokens)
+        evaluator = self.evaluator(recipe, options)
+        if evaluator is None:
+            raise RecipeError(f"{recipe.where('dataset')}: rejection sampling grades and evaluates the task of its "
+                              f"prompts; `{recipe.args.dataset}` has no grader (use gsm8k or reasoning_gym)")
+        return evaluator
+
     def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0) -> list[dict[str, Any]]:
-        """Greedy answers to the test questions, graded (custom_losses/rejection_sampling/grading.py); each row
-        records the optimizer `step` of the weights, so a file of other weights is not taken for this one."""
-        from rlhf_recipes.evaluation.gsm8k import grade, test_questions
+        """Greedy answers to the held-out questions of the task (GSM8K's test split; spell_backward's held-out
+        draw on nano), graded by the task's evaluator (evaluation/gsm8k.py: the book's grading; evaluation/
+        reasoning.py: score_answer); each row records the optimizer `step` of the weights, so a file of other
+        weights is not taken for this one."""
 
         def compute():
-            cfg = recipe.training
-            questions = test_questions(recipe, cfg.eval_split, cfg.eval_questions)
-            answers = generate(model, tokenizer, [list(r["prompt"]) for r in questions], n=1,
-                               batch_size=cfg.eval_generation_batch_size, max_new_tokens=cfg.eval_max_new_tokens,
-                               chat_template_kwargs={"enable_thinking": cfg.enable_thinking},
-                               desc=name.split(" ", 1)[1])
+            evaluator = self.task_evaluator(recipe)
+            problems, _ = evaluator.data()
+            chats, kwargs, max_new_tokens = evaluator.prompts()
+            answers = generate(model, tokenizer, chats, n=1, batch_size=recipe.training.eval_generation_batch_size,
+                               max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc=name.split(" ", 1)[1])
             return [{"question": row["prompt"][-1]["content"], "gold": row["answer"], "completion": answer["text"],
-                     **grade(answer["text"], row["answer"]), "step": step}
-                    for row, (answer,) in zip(questions, answers)]
+                     **evaluator.grade(answer["text"], row), "step": step}
+                    for row, (answer,) in zip(problems, answers)]
 
         return stage(path, name, compute, still_valid=lambda rows: all(r.get("step") == step for r in rows))
 
@@ -294,13 +350,35 @@ class RejectionSampling(SupervisedFineTuning):
             return None if rows is None else sum(r["correct"] for r in rows) / max(1, len(rows))
 
         return {**results, "test_accuracy": accuracy(tuned), "base_test_accuracy": accuracy(base),
-                "eval_questions": len(tuned), **getattr(self, "stage_stats", {})}
+                "eval_questions": len(tuned), "evaluation": self.task_evaluator(recipe).kind,
+                **getattr(self, "stage_stats", {})}
 
     def evaluator(self, recipe, options):
-        """Stage 6 as a held-out evaluation: greedy exact match on GSM8K's test questions."""
-        from rlhf_recipes.evaluation.gsm8k import Gsm8kEvaluator
+        """Stage 6 as a held-out evaluation, by the task the prompts come from: greedy exact match on GSM8K's test
+        questions (the book's recipes), or on spell_backward's held-out draw (reasoning_gym: the nano profile)."""
+        from rlhf_recipes.evaluation import task_evaluator
 
-        return Gsm8kEvaluator(recipe, options)
+        return task_evaluator(recipe, options)
+
+
+def task_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """What a prompt row carries for its task's checker besides the prompt and the answer (reasoning-gym's
+    rg_dataset and rg_index); kept with each rollout so that a verifier can score it later."""
+    return {k: v for k, v in row.items() if k not in ("prompt", "answer")}
+
+
+def verifier_scores(name: str, records: list[dict[str, Any]]) -> list[float]:
+    """Stages 2-3 with a verifiable reward instead of a reward model: the registered reward function `name`
+    (rewards/) on every completion, given its prompt's answer and task columns, in prompt-major order."""
+    import rewards
+
+    (func,) = rewards.build_reward_funcs([name])
+    scores: list[float] = []
+    for rec in records:
+        n = len(rec["completions"])
+        columns = {k: [v] * n for k, v in {**rec.get("columns", {}), "answer": rec["answer"]}.items()}
+        scores.extend(float(x) for x in func(completions=list(rec["completions"]), **columns))
+    return scores
 
 
 FAMILY = RejectionSampling()
