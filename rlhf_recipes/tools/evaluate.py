@@ -55,7 +55,6 @@ def default_output(model: Path, name: str) -> Path:
 
 
 def check_model(model: Path) -> None:
-    """A local folder that holds no saved model is named before the recipe is built (which can take seconds)."""
     from rlhf_recipes.models import EMBEDDED
     from rlhf_recipes.validation import check_model_folder, looks_local
 
@@ -101,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                                   f"got {value}")
         if args.quantize and args.baseline:
             raise RecipeError("--quantize compares the model with its quantized self; run --baseline separately")
-        check_model(args.model)
+        if args.model.is_dir():  # a folder without a saved model is named before the recipe is built (seconds)
+            check_model(args.model)
         recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides])
+        check_model(args.model)
         name = args.name or split
         output = args.output or default_output(args.model, name)
         options = EvalOptions(name=name, split=split, num_problems=args.num_problems, k=args.k, seed=args.seed,
