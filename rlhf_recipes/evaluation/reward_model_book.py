@@ -135,6 +135,10 @@ def format_report(results: dict[str, Any]) -> str:
         lines.append("evaluation")
         for k, v in evaluation.items():
             lines.append(f"  {k:<{width}}  {v:.4f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    best_of_n = results.get("best_of_n")
+    if best_of_n:
+        lines.append(f"best-of-{best_of_n['rollouts_per_problem']} selection (best_of_n_* above): "
+                     f"{best_of_n['problems']} problems, {best_of_n['construction']}")
     for item in results.get("demo") or []:
         lines.append(f"demo: {item['example']}")
         lines.append(f"  prompt: {item['prompt']}")

@@ -56,7 +56,11 @@ NANO_OVERLAY = {
     "max_length": 256,  # the nano model's positions; ORM rollouts are ~55 tokens, PRM examples < 150
     "per_device_train_batch_size": 32,  # one micro-batch per step: a CPU runs one forward of 32 faster than 32 of 1
     "effective_batch_size": 32,  # the book's ORM step (32 rollouts); the PRM's 16 doubled
-    "learning_rate": 3.0e-4,  # TODO measure
+    # Measured (1000 prompts x 8, best-of-8 on 200 held-out problems, random pick 18.1%, oracle 39%): lr 3e-4 and
+    # 1e-3 give about the same after one epoch (ORM 24.5% / 26%, PRM 29.5% / 28.5%); a second epoch at 3e-4 lifts
+    # both (ORM 28.5%, PRM 33.5%). The book's 1e-5 (ORM) and 5e-5 (PRM) are for 0.6B weights.
+    "learning_rate": 3.0e-4,
+    "num_train_epochs": 2,  # 450 optimizer steps, ~2 minutes on one CPU thread
     "per_device_eval_batch_size": 64,
     "eval_strategy": "no",  # final_results.json evaluates the held-out split once, at the end
 }

@@ -35,10 +35,13 @@ REWARD = "rewards/correctness_reward/mean"  # the book's correctness reward, as 
 
 
 def nano_algorithms() -> list[str]:
-    """The registry's algorithms whose family runs on nano (Family.nano_overlay), in the registry's order."""
+    """The registry's algorithms that learn from their own rollouts (Family.generates_rollouts) and run on nano
+    (Family.nano_overlay), in the registry's order; a reward model or a direct-alignment run draws no curve of
+    held-out task accuracy."""
     from rlhf_recipes.registry import ALGORITHMS, family_of
 
-    return [name for name, algorithm in ALGORITHMS.items() if family_of(algorithm).nano_overlay is not None]
+    return [name for name, algorithm in ALGORITHMS.items()
+            if family_of(algorithm).nano_overlay is not None and family_of(algorithm).generates_rollouts]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
