@@ -1,8 +1,10 @@
-"""Reward models on the nano profile: the ORM and PRM train on rollouts sampled from the nano base (spell_backward,
-scored by the task's scorer) and pick a correct rollout more often than a random pick, on held-out problems.
+"""Reward models on the nano profile: the ORM trains on rollouts sampled from the nano base (spell_backward, scored
+by the task's scorer) and picks a correct rollout more often than a random pick, on held-out problems; the PRM's
+steps (the answer's characters) and labels; the preference RM refused. The PRM's training run is not here (about
+twice the ORM's time, over the CI budget): docs/nano.md has its measured numbers.
 
 The nano base is the one tests/test_nano.py builds (cached for the session under RLHF_RECIPES_CACHE); the rollouts
-are sampled once and cached there too (about 25 s: 1000 training prompts and 250 held-out ones, x 8).
+are sampled once and cached there too (about 20 s: 1000 training prompts and 250 held-out ones, x 8).
 """
 
 from __future__ import annotations
