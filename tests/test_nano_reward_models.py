@@ -41,6 +41,43 @@ def test_prm_steps_are_the_answers_characters_labelled_until_the_first_error():
     assert step_labels("ollehh", "olleh") == [1, 1, 1, 1, 1, -1]  # too long: the letter past the end is bad
 
 
+def test_a_saved_prm_cuts_completions_the_way_it_was_trained():
+    from rewards.reward_model_encoding import ANSWER_END_STEP, completion_steps
+
+    text = "<think>\n\n</think>\n<answer>abc</answer>"
+    assert completion_steps(text, "\n<step>\n", "answer_characters") == ["a", "b", "c", ANSWER_END_STEP]
+    assert completion_steps("one\n\ntwo", "\n<step>\n") == ["one", "two"]  # the book's default is unchanged
+
+
+def test_best_of_n_picks_the_top_score_and_compares_with_a_random_pick_and_the_oracle():
+    from rlhf_recipes.evaluation.best_of_n import selection
+
+    out = selection(scores=[[0.1, 0.9, 0.5], [0.7, 0.2], [0.3, 0.3]], correct=[[0, 1, 0], [0, 1], [0, 0]])
+    assert out["best_of_n_accuracy"] == [1.0, 0.0, 0.0]
+    assert out["random_pick_accuracy"] == pytest.approx([1 / 3, 0.5, 0.0])
+    assert out["oracle_accuracy"] == [1.0, 1.0, 0.0]
+    assert out["best_of_n_gain"] == pytest.approx([2 / 3, -0.5, 0.0])
+
+
+@pytest.mark.parametrize("rollouts, message", [
+    (None, "set dataset_kwargs.rollouts to a mapping"),
+    ({"policy": "nano", "n": 8, "temperature": 0.3, "top_p": 0.95}, "keys \\['max_new_tokens'"),
+    ({"policy": "nano", "n": "8", "temperature": 0.3, "top_p": 0.95, "max_new_tokens": 24}, "rollouts.n must be"),
+    ({"policy": "nano", "n": 8, "temperature": 0, "top_p": 0.95, "max_new_tokens": 24}, "temperature > 0"),
+])
+def test_bad_rollout_settings_are_one_line_errors(rollouts, message):
+    from types import SimpleNamespace
+
+    from rlhf_recipes.data.base import DataError
+    from rlhf_recipes.data.reasoning_gym_rollouts import rollout_settings
+
+    kwargs = {"tasks": ["spell_backward"], **({"rollouts": rollouts} if rollouts is not None else {})}
+    recipe = SimpleNamespace(source="r.yaml", args=SimpleNamespace(dataset="reasoning_gym_rollouts",
+                                                                   dataset_kwargs=kwargs))
+    with pytest.raises(DataError, match=message):
+        rollout_settings(recipe)
+
+
 def test_preference_reward_models_are_refused_on_nano_in_one_line():
     from rlhf_recipes.config import RecipeError, load_recipe
 
