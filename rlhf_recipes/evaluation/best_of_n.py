@@ -37,8 +37,10 @@ def selection(scores: list[list[float]], correct: list[list[float]]) -> dict[str
     return out
 
 
-def best_of_n(info: dict, model, tokenizer, rows: list[dict[str, Any]], batch_size: int) -> dict[str, list[float]]:
-    """Score every held-out rollout with the reward model and pick one per problem (see the module doc)."""
+def best_of_n(info: dict, model, tokenizer, rows: list[dict[str, Any]], batch_size: int,
+              samples: int = 2) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
+    """Score every held-out rollout with the reward model and pick one per problem (see the module doc):
+    (the per-problem metrics, the first `samples` problems' distinct rollouts by score, for reading)."""
     from rewards.reward_model_scoring import score_completions
 
     prompts = [row["prompt"] for row in rows for _ in row["completions"]]
@@ -48,4 +50,11 @@ def best_of_n(info: dict, model, tokenizer, rows: list[dict[str, Any]], batch_si
     for row in rows:
         scores.append(flat[k:k + len(row["completions"])])
         k += len(row["completions"])
-    return selection(scores, [[float(r >= 0.5) for r in row["rewards"]] for row in rows])
+    correct = [[float(r >= 0.5) for r in row["rewards"]] for row in rows]
+    shown = []
+    for row, s, y in list(zip(rows, scores, correct))[:samples]:
+        ranked = sorted({c: (round(v, 4), bool(ok)) for c, v, ok in zip(row["completions"], s, y)}.items(),
+                        key=lambda item: -item[1][0])
+        shown.append({"question": row["prompt"][-1]["content"][-60:], "answer": row.get("answer"),
+                      "rollouts_by_score": [[c[-40:], v, ok] for c, (v, ok) in ranked]})
+    return selection(scores, correct), shown

@@ -137,14 +137,16 @@ class RewardModelEvaluator(Evaluator):
                 per_problem = {"step_accuracy": self._step_hits(model, tokenizer, dataset)}
                 fixed.pop("step_accuracy", None)
         details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt)
-        rates = {"accuracy", "step_accuracy"}
+        rates, samples = {"accuracy", "step_accuracy"}, []
         held_out = self.selection_rows()
         if held_out is not None:
             from rlhf_recipes.evaluation.best_of_n import RATES, best_of_n
 
-            per_problem.update(best_of_n(info, model, tokenizer, held_out[0], self.options.batch_size))
+            picked, samples = best_of_n(info, model, tokenizer, held_out[0], self.options.batch_size,
+                                        self.options.samples)
+            per_problem.update(picked)
             rates |= RATES
             details["best_of_n"] = held_out[1]
-        return Scores(per_problem=per_problem, rates=frozenset(rates), fixed=fixed,
-                      details=details,
+        return Scores(per_problem=per_problem, rates=frozenset(rates), fixed=fixed, details=details,
+                      samples=samples,
                       decoding={"scoring": "the reward model's head", "max_length": info.get("max_length")})
