@@ -100,4 +100,5 @@ def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_b
     metrics, gain = result["metrics"], result["intervals"]["best_of_n_gain"]
     assert result["details"]["best_of_n"]["problems"] == 200 and result["details"]["best_of_n"]["overlaps_dropped"] >= 0
     assert metrics["random_pick_accuracy"] <= metrics["oracle_accuracy"]
+    assert result["details"]["demo"] == [] and result["samples"][0]["rollouts_by_score"]  # not the book's GSM8K demo
     assert metrics["best_of_n_gain"] >= MARGIN and gain["low"] > 0, (metrics, gain)

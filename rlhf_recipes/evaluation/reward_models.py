@@ -113,7 +113,7 @@ class RewardModelEvaluator(Evaluator):
     def score(self, model, tokenizer) -> Scores:
         from rewards.reward_model_scoring import sequence_rewards
         from rlhf_recipes.data.reward_model_examples import reward_model_info, tokenize_split
-        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate
+        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 
         rows, data = self.data()
         info = getattr(model, "reward_model_info", None) or reward_model_info(self.recipe)
@@ -136,7 +136,8 @@ class RewardModelEvaluator(Evaluator):
             if info["kind"] == "process":  # step accuracy per labelled step, so it gets a Wilson interval
                 per_problem = {"step_accuracy": self._step_hits(model, tokenizer, dataset)}
                 fixed.pop("step_accuracy", None)
-        details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt)
+        details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt) \
+            if shows_book_demo(self.recipe) else []
         rates, samples = {"accuracy", "step_accuracy"}, []
         held_out = self.selection_rows()
         if held_out is not None:

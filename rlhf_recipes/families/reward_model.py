@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from rlhf_recipes.data.reward_model_examples import reward_model_info, rm_kind, tokenize_split
-from rlhf_recipes.evaluation.reward_model_book import demo, evaluate
+from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 from rlhf_recipes.families.base import Family
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class RewardModels(Family):
         else:
             logger.warning("no eval split (eval_fraction 0): final_results.json has no evaluation numbers")
         out["demo"] = demo(info, model, trainer.processing_class, getattr(trainer, "rm_eval_rows", None),
-                           recipe.args.system_prompt)
+                           recipe.args.system_prompt) if shows_book_demo(recipe) else []
         return out
 
     def evaluator(self, recipe, options):
