@@ -19,6 +19,11 @@ from rewards.text import completion_text
 
 DEFAULT_PROMPT_TEMPLATE = "Problem: {problem}\nReasoning trace:\n"  # the book's PRM prompt
 DEFAULT_STEP_SEPARATOR = "\n<step>\n"  # the book's PRM step separator
+# How a process RM splits a completion into steps: on the separator (else blank lines), as the book's PRM800K
+# solutions are written; or the characters of the last <answer>, then the end of the answer (a spelled answer,
+# e.g. reasoning-gym spell_backward on the nano profile, whose think block is empty).
+STEP_SPLITS = ("separator", "answer_characters")
+ANSWER_END_STEP = "</answer>"
 
 
 def is_messages(value: Any) -> bool:
@@ -86,6 +91,20 @@ def split_steps(text: str, separator: str) -> list[str]:
             parts = [p.strip() for p in text.split(sep)]
             return [p for p in parts if p]
     return [text.strip()] if text.strip() else []
+
+
+def answer_character_steps(text: str) -> list[str]:
+    """Each character of the completion's last <answer>, then ANSWER_END_STEP (the step where the answer ends,
+    which a too-short answer gets wrong); [] without an answer."""
+    from rewards.reasoning_tasks import extract_last_answer
+
+    answer = extract_last_answer(text)
+    return [] if answer is None else [*answer, ANSWER_END_STEP]
+
+
+def completion_steps(text: str, separator: str, step_split: str = "separator") -> list[str]:
+    """A completion's steps, split the way the process RM was trained (STEP_SPLITS)."""
+    return answer_character_steps(text) if step_split == "answer_characters" else split_steps(text, separator)
 
 
 def truncate(ids: list[int], max_length: int | None, mode: str) -> list[int]:

@@ -17,7 +17,7 @@ from rewards.reward_model_files import resolve_reward_model_dir
 from rewards.text import completion_text
 from rewards.reward_model_encoding import (
     DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, encode_rollout, encode_sequence, encode_steps,
-    is_messages, split_steps, truncate,
+    completion_steps, is_messages, truncate,
 )
 
 
@@ -171,7 +171,8 @@ def score_completions(info: dict, model, tokenizer, prompts: list[Any], completi
 
     preference: the scalar reward; outcome: the rollout score in [0, 1]; process: the
     probability that no step is bad, prod_steps (1 - P(bad)), over the completion's steps (split
-    on the step separator, else on blank lines); 0.0 for a completion without any step.
+    on the step separator, else on blank lines; or its answer's characters, info["step_split"]); 0.0 for a
+    completion without any step.
     """
     kind, pad_id = info["kind"], tokenizer.pad_token_id
     max_length, mode = info.get("max_length"), info.get("truncation_mode", "keep_start")
@@ -195,7 +196,7 @@ def score_completions(info: dict, model, tokenizer, prompts: list[Any], completi
     template = info.get("prompt_template", DEFAULT_PROMPT_TEMPLATE)
     seqs, positions, scored = [], [], []
     for k, (p, c) in enumerate(zip(prompts, completions)):
-        steps = split_steps(completion_text(c), separator)
+        steps = completion_steps(completion_text(c), separator, info.get("step_split", "separator"))
         if not steps:
             continue
         ids, pos = encode_steps(tokenizer, _problem_text(p), steps, template, separator)

@@ -9,7 +9,7 @@ from transformers import TrainingArguments
 from trl import RewardConfig
 
 from custom_losses.schedules import BookLRScheduleArguments
-from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR
+from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, STEP_SPLITS
 
 TRUNCATION_MODES = ("keep_start", "keep_end")
 SCORE_REDUCTIONS = ("mean", "last")
@@ -104,6 +104,13 @@ class ProcessRMConfig(BookLRScheduleArguments, TrainingArguments):
         default=DEFAULT_PROMPT_TEMPLATE,
         metadata={"help": "Text before the steps; `{problem}` is replaced by the problem (the book's format)."},
     )
+    step_split: str = field(
+        default="separator",
+        metadata={"help": "How a completion scored by the saved PRM is cut into steps, as its training data was: "
+                  "'separator' (on step_separator, else on blank lines; the book's PRM800K solutions) or "
+                  "'answer_characters' (each character of the last <answer>, then its end; the nano profile's "
+                  "spell_backward rollouts, data/reasoning_gym_rollouts.py)."},
+    )
     disable_dropout: bool = field(default=True, metadata={"help": "Turn dropout off (the book's head has none)."})
 
     truncation_mode: ClassVar[str] = "keep_start"  # not used: over-long examples are dropped
@@ -113,6 +120,8 @@ class ProcessRMConfig(BookLRScheduleArguments, TrainingArguments):
             raise ValueError(f"max_length must be a positive number of tokens or null, got {self.max_length}")
         if self.max_reasoning_steps < 1:
             raise ValueError(f"max_reasoning_steps must be >= 1, got {self.max_reasoning_steps}")
+        if self.step_split not in STEP_SPLITS:
+            raise ValueError(f"step_split must be one of {STEP_SPLITS}, got {self.step_split!r}")
         if not self.step_separator:
             raise ValueError("step_separator must not be empty")
         if "{problem}" not in self.prompt_template:

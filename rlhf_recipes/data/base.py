@@ -42,3 +42,7 @@ class DataSource:
     # The recipe's `system_prompt` -> the system message's text, where a source reads it as a name
     # (reasoning-gym: 'DeepSeekZero'); None: the text as written.
     system_prompt_text: Callable[[str | None], str | None] | None = None
+    # Sources of rollouts sampled from a policy (data/reasoning_gym_rollouts.py): (recipe, count) -> (held-out
+    # problems x n rollouts in the prompt/completions/rewards schema, their description), on which a reward
+    # model's best-of-N pick is measured (evaluation/best_of_n.py).
+    heldout_rollouts: Callable[[Any, int], tuple[list[dict[str, Any]], dict[str, Any]]] | None = None

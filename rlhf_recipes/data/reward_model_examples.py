@@ -29,7 +29,7 @@ def reward_model_info(recipe) -> dict[str, Any]:
     if kind == "outcome":
         info["score_reduction"] = cfg.score_reduction
     if kind == "process":
-        info.update(prompt_template=cfg.prompt_template, step_separator=cfg.step_separator)
+        info.update(prompt_template=cfg.prompt_template, step_separator=cfg.step_separator, step_split=cfg.step_split)
     return info
 
 

@@ -43,15 +43,15 @@ def _template_kwargs(recipe) -> dict | None:
 
 
 def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
-              sampling: dict[str, Any]) -> str:
+              sampling: dict[str, Any], dataset_kwargs: dict[str, Any] | None = None) -> str:
     blob = json.dumps([_VERSION, str(Path(model_path).resolve()), _model_fingerprint(model_path),
-                       recipe.args.dataset_kwargs, recipe.args.system_prompt, size, seed, n, max_new_tokens,
+                       recipe.args.dataset_kwargs if dataset_kwargs is None else dataset_kwargs, recipe.args.system_prompt, size, seed, n, max_new_tokens,
                        sampling, _template_kwargs(recipe)], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
-            sampling: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
+            sampling: dict[str, Any], batch_size: int, dataset_kwargs: dict[str, Any] | None) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -59,7 +59,7 @@ def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_to
     from rlhf_recipes.data.reasoning_gym import build_rows
     from rlhf_recipes.evaluation.generation import generate
 
-    rows = build_rows(recipe, size, seed).to_list()
+    rows = build_rows(recipe, size, seed, dataset_kwargs).to_list()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     groups = generate(model, tokenizer, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
@@ -75,13 +75,17 @@ def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_to
 
 
 def sampled_rollouts(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
-                     sampling: dict[str, Any], batch_size: int = 64) -> list[dict[str, Any]]:
-    """`size` problems (seed `seed`) x `n` completions sampled from `model_path`, scored; cached on disk."""
+                     sampling: dict[str, Any], batch_size: int = 64,
+                     dataset_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """`size` problems (seed `seed`) x `n` completions sampled from `model_path`, scored; cached on disk.
+    `dataset_kwargs`: the composite's tasks and seed, where they are not the recipe's own dataset_kwargs as they
+    stand (a source with keys of its own removes them first; build_rows' `kwargs`)."""
     from filelock import FileLock
 
     from rlhf_recipes.tiny import cache_root
 
-    key = cache_key(recipe, model_path, size=size, seed=seed, n=n, max_new_tokens=max_new_tokens, sampling=sampling)
+    key = cache_key(recipe, model_path, size=size, seed=seed, n=n, max_new_tokens=max_new_tokens, sampling=sampling,
+                    dataset_kwargs=dataset_kwargs)
     path = cache_root() / f"rollouts-{key}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -89,7 +93,7 @@ def sampled_rollouts(recipe, model_path: str, *, size: int, seed: int, n: int, m
             print(f"sampling {size} prompts x {n} rollouts from {model_path} (once, cached) -> {path}",
                   file=sys.stderr, flush=True)
             rows = _sample(recipe, model_path, size=size, seed=seed, n=n, max_new_tokens=max_new_tokens,
-                           sampling=sampling, batch_size=batch_size)
+                           sampling=sampling, batch_size=batch_size, dataset_kwargs=dataset_kwargs)
             tmp = path.with_suffix(".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
             os.replace(tmp, path)

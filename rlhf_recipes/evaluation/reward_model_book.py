@@ -66,6 +66,16 @@ def _clip(text: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def shows_book_demo(recipe) -> bool:
+    """The demo scores GSM8K solutions and a written explanation: it says nothing about an RM trained on another
+    task's rollouts sampled from a policy (DataSource.heldout_rollouts, the nano profile), whose held-out rollouts
+    ranked by its score are shown instead (evaluation/best_of_n.py)."""
+    from rlhf_recipes.data.sources import SOURCES
+
+    source = SOURCES.get(recipe.args.dataset)
+    return source is None or source.heldout_rollouts is None
+
+
 def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None = None) -> list[dict[str, Any]]:
     """A few scored examples: the book's correct-vs-perturbed answer, and held-out rows."""
     from rewards.reward_model_encoding import encode_rollout, encode_sequence, encode_steps, truncate
@@ -135,6 +145,10 @@ def format_report(results: dict[str, Any]) -> str:
         lines.append("evaluation")
         for k, v in evaluation.items():
             lines.append(f"  {k:<{width}}  {v:.4f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    best_of_n = results.get("best_of_n")
+    if best_of_n:
+        lines.append(f"best-of-{best_of_n['rollouts_per_problem']} selection (best_of_n_* above): "
+                     f"{best_of_n['problems']} problems, {best_of_n['construction']}")
     for item in results.get("demo") or []:
         lines.append(f"demo: {item['example']}")
         lines.append(f"  prompt: {item['prompt']}")

@@ -6,6 +6,9 @@ it reads). Per kind:
               r_chosen - r_rejected, so both get intervals over pairs;
   outcome     top-1 and pairwise accuracy over a prompt's rollouts, and process: step accuracy: the book's
               aggregate numbers (no per-problem interval).
+Where the recipe's data are rollouts sampled from a policy (DataSource.heldout_rollouts: the nano profile's ORM and
+PRM), also best-of-N selection on held-out problems (evaluation/best_of_n.py): the share of problems whose
+highest-scored rollout is correct, against a random pick and the oracle, with intervals over problems.
 The result's `details` keeps the existing report: data statistics, every number, and the scored demo.
 The baseline is the starting model with the freshly initialised (seeded) head that training started from.
 """
@@ -41,6 +44,18 @@ class RewardModelEvaluator(Evaluator):
         return rows, {"source": self.recipe.args.dataset_name or self.recipe.args.dataset, "split": self.options.split,
                       "seed": self.recipe.args.dataset_shuffle_seed or 0, "problems": len(rows),
                       "construction": construction}
+
+    def selection_rows(self) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+        """(held-out problems x N rollouts, their description) for best-of-N selection; None: the recipe's data
+        source has none."""
+        from rlhf_recipes.data import SOURCES
+
+        source = SOURCES.get(self.recipe.args.dataset)
+        if source is None or source.heldout_rollouts is None:
+            return None
+        if not hasattr(self, "_selection_rows"):
+            self._selection_rows = source.heldout_rollouts(self.recipe, self.options.num_problems or 200)
+        return self._selection_rows
 
     def kind_of_recipe(self) -> str:
         return type(self.recipe.training).rm_kind
@@ -98,7 +113,7 @@ class RewardModelEvaluator(Evaluator):
     def score(self, model, tokenizer) -> Scores:
         from rewards.reward_model_scoring import sequence_rewards
         from rlhf_recipes.data.reward_model_examples import reward_model_info, tokenize_split
-        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate
+        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 
         rows, data = self.data()
         info = getattr(model, "reward_model_info", None) or reward_model_info(self.recipe)
@@ -121,7 +136,18 @@ class RewardModelEvaluator(Evaluator):
             if info["kind"] == "process":  # step accuracy per labelled step, so it gets a Wilson interval
                 per_problem = {"step_accuracy": self._step_hits(model, tokenizer, dataset)}
                 fixed.pop("step_accuracy", None)
-        details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt)
-        return Scores(per_problem=per_problem, rates=frozenset({"accuracy", "step_accuracy"}), fixed=fixed,
-                      details=details,
+        details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt) \
+            if shows_book_demo(self.recipe) else []
+        rates, samples = {"accuracy", "step_accuracy"}, []
+        held_out = self.selection_rows()
+        if held_out is not None:
+            from rlhf_recipes.evaluation.best_of_n import RATES, best_of_n
+
+            picked, samples = best_of_n(info, model, tokenizer, held_out[0], self.options.batch_size,
+                                        self.options.samples)
+            per_problem.update(picked)
+            rates |= RATES
+            details["best_of_n"] = held_out[1]
+        return Scores(per_problem=per_problem, rates=frozenset(rates), fixed=fixed, details=details,
+                      samples=samples,
                       decoding={"scoring": "the reward model's head", "max_length": info.get("max_length")})
