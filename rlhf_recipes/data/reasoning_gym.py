@@ -79,6 +79,11 @@ def parse_task_specs(kwargs: dict[str, Any], where: str) -> list[dict[str, Any]]
     return specs
 
 
+# The held-out draw of a recipe's composite (evaluation/reasoning.py, and the held-out pairs and rollouts that
+# nano's sampled sources build): seed = training seed + this, a prime far from any seed a recipe sets.
+HELDOUT_SEED_OFFSET = 1_000_003
+
+
 def training_seed(recipe) -> int:
     """The composite's seed: dataset_kwargs.seed, else the recipe's `seed`."""
     return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.training.seed))

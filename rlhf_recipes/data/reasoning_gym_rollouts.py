@@ -138,7 +138,7 @@ def heldout_rollouts(recipe, count: int) -> tuple[list[dict[str, Any]], dict[str
     """`count` held-out problems x n rollouts, in the ORM's schema (+ `answer`): the held-out evaluator's draw
     (training seed + HELDOUT_SEED_OFFSET), questions that appear among the training prompts skipped."""
     from rlhf_recipes.data.reasoning_gym import build_rows, training_seed
-    from rlhf_recipes.evaluation.reasoning import HELDOUT_SEED_OFFSET
+    from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET
 
     kwargs, settings = rollout_settings(recipe)
     seed = training_seed(recipe)

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET  # held-out seed = training seed + this
 from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
 from rlhf_recipes.evaluation.intervals import pass_at_k
-
-HELDOUT_SEED_OFFSET = 1_000_003  # held-out seed = training seed + this (a prime far from any seed a recipe sets)
 
 
 class ReasoningGymEvaluator(Evaluator):
