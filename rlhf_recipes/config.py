@@ -408,10 +408,6 @@ def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, value
         raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
                           f"`{algorithm.name}`) yet; it runs these families' recipes: {running} (docs/nano.md). Use "
                           "--profile tiny for a smoke run")
-    refusal = family.nano_refusal(algorithm)
-    if refusal is not None:
-        raise RecipeError(f"{path}: profile `nano` does not run algorithm `{algorithm.name}`: {refusal}. Use "
-                          "--profile tiny for a smoke run")
     from rewards.reward_model import RM_PREFIX
 
     # nano swaps the data for the book's spell_backward task but keeps the recipe's rewards: a learned reward

@@ -1,6 +1,6 @@
 """Reward models on the nano profile: the ORM trains on rollouts sampled from the nano base (spell_backward, scored
 by the task's scorer) and picks a correct rollout more often than a random pick, on held-out problems; the PRM's
-steps (the answer's characters) and labels; the preference RM refused. The PRM's training run is not here (about
+steps (the answer's characters) and labels; the preference RM reads nano's pairs. The PRM's training run is not here (about
 twice the ORM's time, over the CI budget): docs/nano.md has its measured numbers.
 
 The nano base is the one tests/test_nano.py builds (cached for the session under RLHF_RECIPES_CACHE); the rollouts
@@ -78,12 +78,18 @@ def test_bad_rollout_settings_are_one_line_errors(rollouts, message):
         rollout_settings(recipe)
 
 
-def test_preference_reward_models_are_refused_on_nano_in_one_line():
-    from rlhf_recipes.config import RecipeError, load_recipe
+def test_preference_reward_models_train_on_the_nano_pairs():
+    """A Bradley-Terry RM on nano reads the direct-alignment family's pairs (a correct and an incorrect sample of the
+    nano base), on the policy-gradient runs' task and words; the ORM and PRM keep their rollouts."""
+    from rlhf_recipes.config import load_recipe
 
     for name in ("preference_rm", "hh_rm"):
-        with pytest.raises(RecipeError, match="does not run algorithm `preference_rm`: .* no preference pairs"):
-            load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
+        recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
+        assert recipe.value("dataset") == "reasoning_gym_preferences" and recipe.value("model_name_or_path") == "nano"
+        assert recipe.value("dataset_kwargs")["tasks"][0]["name"] == "spell_backward"
+        assert "rollouts" not in recipe.value("dataset_kwargs")  # the rollout sampler's settings are the ORM's
+    orm = load_recipe([str(RECIPES / "orm.yaml"), "--profile", "nano"], construct=False)
+    assert orm.value("dataset") == "reasoning_gym_rollouts" and "rollouts" in orm.value("dataset_kwargs")
 
 
 def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_base, tmp_path):

@@ -67,13 +67,13 @@ def _clip(text: Any, n: int = 160) -> str:
 
 
 def shows_book_demo(recipe) -> bool:
-    """The demo scores GSM8K solutions and a written explanation: it says nothing about an RM trained on another
-    task's rollouts sampled from a policy (DataSource.heldout_rollouts, the nano profile), whose held-out rollouts
-    ranked by its score are shown instead (evaluation/best_of_n.py)."""
+    """The demo scores GSM8K solutions and a written explanation: it says nothing about an RM trained on data a
+    source generates from a task (the nano profile's rollouts and pairs sampled from a policy), whose held-out
+    rows are shown instead (and, for rollouts, ranked by its score: evaluation/best_of_n.py)."""
     from rlhf_recipes.data.sources import SOURCES
 
     source = SOURCES.get(recipe.args.dataset)
-    return source is None or source.heldout_rollouts is None
+    return source is None or source.generate is None
 
 
 def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None = None) -> list[dict[str, Any]]:

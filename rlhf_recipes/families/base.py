@@ -5,7 +5,6 @@ subclass that overrides only the hooks where it differs; `registry.family_of(alg
 The hooks, in the order a run calls them:
   tiny_overlay                               values the tiny profile sets for every recipe of the family
   nano_overlay                               the same for the nano profile (None: the family does not run on nano)
-  nano_refusal(algorithm)                    why one of the family's algorithms does not run on nano (None: it does)
   derive_batch(typed, origin, world_size)    effective batch -> TRL's batch options (gradient accumulation)
   load_model(recipe, tokenizer)              the model to train (a causal LM unless the family says otherwise)
   build_trainer(recipe, model, tokenizer, train, eval, callbacks) -> transformers.Trainer
@@ -27,10 +26,6 @@ class Family:
     name: ClassVar[str] = ""
     tiny_overlay: ClassVar[dict[str, Any]] = {}  # on top of config.TINY_COMMON
     nano_overlay: ClassVar[dict[str, Any] | None] = None  # on top of config.NANO_COMMON; None: not on nano
-
-    def nano_refusal(self, algorithm) -> str | None:
-        """Why this algorithm of a family that runs on nano does not (one clause, for the refusal); None: it runs."""
-        return None
 
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size (config.derive_gradient_accumulation)."""

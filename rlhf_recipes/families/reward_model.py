@@ -36,7 +36,7 @@ TINY_OVERLAY = {  # on top of config.TINY_COMMON
     "eval_steps": 2,
 }
 
-# On top of config.NANO_COMMON, for the ORM and the PRM (a preference RM is refused: nano_refusal): rollouts sampled
+# On top of config.NANO_COMMON, for the ORM and the PRM (a preference RM reads pairs: its registry `nano`): rollouts sampled
 # from the nano base on the book's task, scored by the task's scorer (data/reasoning_gym_rollouts.py; the dataset
 # itself, ORM rollouts or PRM steps, is the algorithm's `nano` in the registry). The RM starts from the nano base
 # (NANO_COMMON's model) with a new head; only what a 0.7M model on a CPU needs changes here.
@@ -107,15 +107,6 @@ class RewardModels(Family):
     trains_reward_model = True
     book_logs_prefixed = True
     compare_metrics = ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss")
-
-    def nano_refusal(self, algorithm) -> str | None:
-        """The nano profile's data are rollouts scored by the task (ORM, PRM): it has no preference pairs."""
-        from rlhf_recipes.registry import import_object
-
-        if import_object(algorithm.config_class).rm_kind == "preference":
-            return ("the nano profile trains the outcome and process reward models on rollouts sampled from the nano "
-                    "base (recipes/orm.yaml, recipes/prm.yaml); it has no preference pairs for a Bradley-Terry RM")
-        return None
 
     def sequences_per_example(self, recipe) -> int:
         return 2 if rm_kind(recipe) == "preference" else 1  # a preference pair, or one rollout / solution
