@@ -64,7 +64,7 @@ def test_rejection_sampling_on_nano_raises_heldout_exact_match(nano_base, tmp_pa
     assert main([str(RECIPES / "rejection_sampling_top_k_overall.yaml"), "--profile", "nano",
                  "--num_samples", str(RS_PROMPTS), "--selection_k", str(RS_PROMPTS), "--output_dir", str(run)]) == 0
     final = json.loads((run / "final_results.json").read_text())
-    assert final["evaluation"].startswith("reasoning-gym") and final["eval_questions"] == 200
+    assert final["eval_task"].startswith("reasoning-gym") and final["eval_questions"] == 200
     # the selection holds more correct answers than the rollouts it was picked from: the verifier selected
     assert final["selection"]["correct_fraction"] > 2 * final["rollouts"]["correct_fraction"]
     output = tmp_path / "eval.json"

@@ -350,7 +350,7 @@ class RejectionSampling(SupervisedFineTuning):
             return None if rows is None else sum(r["correct"] for r in rows) / max(1, len(rows))
 
         return {**results, "test_accuracy": accuracy(tuned), "base_test_accuracy": accuracy(base),
-                "eval_questions": len(tuned), "evaluation": self.task_evaluator(recipe).kind,
+                "eval_questions": len(tuned), "eval_task": self.task_evaluator(recipe).kind,
                 **getattr(self, "stage_stats", {})}
 
     def evaluator(self, recipe, options):

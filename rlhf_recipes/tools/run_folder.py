@@ -206,7 +206,8 @@ class SavedRun:
         algorithm = ALGORITHMS.get(canonical_name(self.algorithm))
         keys = [k for k in ("loss", *(algorithm.key_metrics if algorithm else ())) if k not in NOT_RESULTS]
         out = {k: final[k] for k in keys if isinstance(final.get(k), (int, float))}
-        for k, v in (self.results.get("evaluation") or {}).items():
+        evaluation = self.results.get("evaluation")  # a reward model's held-out numbers (families/reward_model.py)
+        for k, v in (evaluation if isinstance(evaluation, dict) else {}).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f"eval {k}"] = v
         return out
