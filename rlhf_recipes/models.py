@@ -8,7 +8,8 @@ logger = logging.getLogger(__name__)
 
 TINY = "tiny"
 NANO, NANO_INIT = "nano", "nano-init"  # the nano SFT base and its untrained start (rlhf_recipes/nano.py)
-EMBEDDED = (TINY, NANO, NANO_INIT)  # names built locally, never looked up on the hub
+NANO_SDPO = "nano-sdpo"  # the nano base taught to read SDPO's teacher prompt (rlhf_recipes/nano.py)
+EMBEDDED = (TINY, NANO, NANO_INIT, NANO_SDPO)  # names built locally, never looked up on the hub
 
 
 def resolve_model_path(name: str | None) -> str:
@@ -26,6 +27,10 @@ def resolve_model_path(name: str | None) -> str:
         from rlhf_recipes.nano import nano_init_path
 
         return nano_init_path()
+    if name == NANO_SDPO:
+        from rlhf_recipes.nano import nano_sdpo_model_path
+
+        return nano_sdpo_model_path()
     return name
 
 

@@ -14,8 +14,12 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
               run through the normal runner in a subprocess the first time a nano run needs it (~1-2 minutes
               on one CPU thread). The recipe stops the base partly competent (10-40% held-out exact match),
               so every RL algorithm has room to show what it does.
+  nano-sdpo   nano after `recipes/nano_sdpo_sft.yaml`: taught to read SDPO's teacher prompt (a demonstration in
+              context, which SDPO presupposes and the nano base cannot do), with replay of nano's own answers so
+              its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~4 minutes,
+              built on first use).
 
-Both are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
+All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
 them (shapes, seed, tokens, template, the SFT recipe's text); a file lock makes concurrent callers wait for
 one build instead of running the SFT several times.
 """
@@ -37,6 +41,8 @@ logger = logging.getLogger(__name__)
 INIT = "nano-init"  # model_name_or_path of the untrained model (the SFT recipe's start)
 BASE = "nano"  # model_name_or_path of the SFT base that every nano run starts from
 SFT_RECIPE = "nano_sft"  # recipes/nano_sft.yaml
+SDPO_BASE = "nano-sdpo"  # model_name_or_path of the SDPO nano runs' start (nano + teacher-prompt reading)
+SDPO_SFT_RECIPE = "nano_sdpo_sft"  # recipes/nano_sdpo_sft.yaml
 
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 QUESTION_PREFIX = "Spell this word backward (example: sun -> nus): "  # reasoning-gym spell_backward's question
@@ -102,49 +108,69 @@ def nano_init_path() -> str:
     return build_cached(cache_root() / f"nano-init-{_init_fingerprint()}", _build_init)
 
 
-def _sft_recipe() -> Path:
+def _recipe_path(name: str) -> Path:
     from rlhf_recipes.paths import recipe_path
 
-    return recipe_path(SFT_RECIPE)
+    return recipe_path(name)
 
 
-def base_fingerprint() -> str:
-    """Everything the SFT base depends on: the init model and the SFT recipe's values (its data and settings;
+def _sft_fingerprint(recipe_name: str, start_fingerprint: str) -> str:
+    """Everything an SFT build depends on: its start's fingerprint and the recipe's values (its data and settings;
     not its comments)."""
     import yaml
 
-    recipe = yaml.safe_load(_sft_recipe().read_text(encoding="utf-8"))
-    blob = json.dumps([_init_fingerprint(), recipe], sort_keys=True)
+    recipe = yaml.safe_load(_recipe_path(recipe_name).read_text(encoding="utf-8"))
+    blob = json.dumps([start_fingerprint, recipe], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _run_sft(target: Path) -> None:
-    """`python -m rlhf_recipes.train recipes/nano_sft.yaml --output_dir TARGET`: the normal runner, in its own
+def base_fingerprint() -> str:
+    """The nano SFT base's: the init model and recipes/nano_sft.yaml."""
+    return _sft_fingerprint(SFT_RECIPE, _init_fingerprint())
+
+
+def sdpo_base_fingerprint() -> str:
+    """The nano-sdpo base's: the nano base and recipes/nano_sdpo_sft.yaml."""
+    return _sft_fingerprint(SDPO_SFT_RECIPE, base_fingerprint())
+
+
+def _run_sft(recipe_name: str, target: Path) -> None:
+    """`python -m rlhf_recipes.train recipes/RECIPE.yaml --output_dir TARGET`: the normal runner, in its own
     process (a run configures logging, seeds and threads for the whole process)."""
     log = target / "build.log"
-    command = [sys.executable, "-m", "rlhf_recipes.train", str(_sft_recipe()), "--output_dir", str(target)]
+    command = [sys.executable, "-m", "rlhf_recipes.train", str(_recipe_path(recipe_name)), "--output_dir", str(target)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with open(log, "w", encoding="utf-8") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         tail = "".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[-30:])
-        raise RuntimeError(f"building the nano base failed ({' '.join(command)} exited {done.returncode}):\n{tail}")
+        raise RuntimeError(f"building {target.name} failed ({' '.join(command)} exited {done.returncode}):\n{tail}")
 
 
-def nano_model_path() -> str:
-    """The nano SFT base (model + tokenizer + the SFT run's record), trained on first use and cached."""
+def _sft_build(recipe_name: str, target: Path, start_path, what: str) -> str:
+    """The SFT recipe's run into `target`, once: cached, built under a file lock (concurrent callers wait and
+    reuse it); `start_path()` builds the recipe's starting model first, outside the lock."""
     from filelock import FileLock
 
-    target = cache_root() / f"nano-sft-{base_fingerprint()}"
     if (target / "config.json").exists():
         return str(target)
-    nano_init_path()  # before the lock: cheap, and the SFT subprocess then finds it cached
+    start_path()  # before the lock: the SFT subprocess then finds its start cached
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):  # one SFT run; the other processes wait and reuse it
         if not (target / "config.json").exists():
-            print(f"building the nano base: recipes/{SFT_RECIPE}.yaml (SFT, about 1-2 minutes, once) -> {target}",
-                  file=sys.stderr, flush=True)
-        return build_cached(target, _run_sft)
+            print(f"building {what}: recipes/{recipe_name}.yaml (SFT, once) -> {target}", file=sys.stderr, flush=True)
+        return build_cached(target, lambda folder: _run_sft(recipe_name, folder))
+
+
+def nano_model_path() -> str:
+    """The nano SFT base (model + tokenizer + the SFT run's record), trained on first use (~1-2 min) and cached."""
+    return _sft_build(SFT_RECIPE, cache_root() / f"nano-sft-{base_fingerprint()}", nano_init_path, "the nano base")
+
+
+def nano_sdpo_model_path() -> str:
+    """The nano-sdpo base (nano taught to read SDPO's teacher prompt), trained on first use (~4 min) and cached."""
+    return _sft_build(SDPO_SFT_RECIPE, cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}", nano_model_path,
+                      "the nano SDPO base")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """SDPO and rejection sampling on the nano profile: both resolve with the book's own settings on spell_backward;
-rejection sampling scored by the task's verifier makes the nano base better at held-out problems; SDPO runs on real
-successes (the book's threshold, not the tiny profile's stand-in).
+rejection sampling scored by the task's verifier makes the nano base better at held-out problems; SDPO starts from
+nano-sdpo, whose teacher reads the solution it is shown (the nano base's does not), and runs on real successes (the
+book's threshold, not the tiny profile's stand-in).
 
-The nano base is built once per CI run (rlhf_recipes/nano.py caches it on disk; tests/test_nano.py builds it too).
+The nano base is built once per CI run (rlhf_recipes/nano.py caches it on disk; tests/test_nano.py builds it too);
+nano-sdpo is built from it here (recipes/nano_sdpo_sft.yaml, ~2-4 minutes on a shared 2-core machine, once).
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ def nano_base() -> Path:
     return Path(nano_model_path())
 
 
+@pytest.fixture(scope="module")
+def nano_sdpo_base(nano_base) -> Path:
+    from rlhf_recipes.nano import nano_sdpo_model_path
+
+    return Path(nano_sdpo_model_path())
+
+
 def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
     """The nano model and task; every registry default kept (the selection rule of each recipe, SDPO's
     distillation); SDPO keeps the book's success threshold (the tiny profile lowers it to 0); rejection sampling
@@ -36,7 +45,8 @@ def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
     names = ["sdpo", *(f"rejection_sampling_{rule}" for rule in RS_RULES)]
     for name in names:
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"])
-        assert recipe.value("model_name_or_path") == "nano" and recipe.args.dataset == "reasoning_gym"
+        start = "nano-sdpo" if name == "sdpo" else "nano"  # SDPO's teacher must read its prompt (docs/nano.md)
+        assert recipe.value("model_name_or_path") == start and recipe.args.dataset == "reasoning_gym"
         assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
         for key, value in ALGORITHMS[name].defaults.items():
             assert recipe.value(key) == value, (name, key)
@@ -76,20 +86,74 @@ def test_rejection_sampling_on_nano_raises_heldout_exact_match(nano_base, tmp_pa
     assert gain["value"] >= 0.07 and gain["low"] > 0, gain
 
 
-def test_sdpo_on_nano_trains_on_groups_with_a_real_success(nano_base, tmp_path):
-    """Two optimizer steps: every accepted group holds a rollout with the book's full correctness (1.0) -- the
-    nano base answers some prompts exactly, so nothing is faked as on tiny -- and failed groups are redrawn.
-    (SDPO does not raise accuracy on nano: its teacher, the 0.7M model reading a solution in its prompt, is worse
-    than its student; docs/nano.md. So no learning test here.)"""
+def _answer_logprobs(model_path: Path, words: int) -> list[tuple[float, float]]:
+    """(log p(oracle answer | SDPO's teacher prompt showing it), log p(oracle answer | the bare question)) for
+    `words` spell_backward problems (seed 7, not a training draw's seed), summed over the answer's tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlhf_recipes.data.reasoning_gym import system_prompt_text
+    from rlhf_recipes.data.reasoning_gym_sdpo_sft import teacher_prompt
+    from rlhf_recipes.data.reasoning_gym_sft import COMPLETION
+    from rlhf_recipes.evaluation.generation import chat_ids
+    from rewards.reasoning_tasks import composite_dataset, composite_spec
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    system = {"role": "system", "content": system_prompt_text("DeepSeekZero")}
+    spec = [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}]
+    pairs = []
+    for entry in composite_dataset(composite_spec(spec, size=words, seed=7)):
+        answer = [{"role": "assistant", "content": COMPLETION.format(answer=entry["answer"])}]
+        student = [system, {"role": "user", "content": entry["question"]}]
+        scores = []
+        for prompt in (teacher_prompt(student, entry["answer"]), student):
+            prompt_ids, completion_ids = chat_ids(tokenizer, prompt, answer)
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt_ids + completion_ids])).logits[0, len(prompt_ids) - 1:-1]
+            scores.append(logits.log_softmax(-1).gather(1, torch.tensor(completion_ids)[:, None]).sum().item())
+        pairs.append(tuple(scores))
+    return pairs
+
+
+def test_nano_sdpo_teacher_reads_the_solution_and_its_student_stays_partly_competent(nano_base, nano_sdpo_base,
+                                                                                     tmp_path):
+    """SDPO presupposes a teacher that reads the solution in its prompt. nano-sdpo's does: the oracle answer is more
+    likely with SDPO's teacher prompt showing it than with the bare question, for at least 18 of 20 words (measured:
+    40 of 40), where the nano base's is not (measured: 0 of 40) -- and the replay rows keep its bare-question exact
+    match in the nano base's 10-40% band (measured 27%, nano 21%), so SDPO has room to learn."""
+    from rlhf_recipes.tools.evaluate import main as evaluate
+
+    reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_sdpo_base, 20))
+    nano_reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_base, 20))
+    assert reads >= 18 and nano_reads <= 5, (reads, nano_reads)
+    output = tmp_path / "eval.json"
+    assert evaluate([str(nano_sdpo_base), "--recipe", str(RECIPES / "sdpo.yaml"), "--profile", "nano",
+                     "--batch_size", "100", "--output", str(output)]) == 0
+    exact = json.loads(output.read_text())["metrics"]["exact_match"]
+    assert 0.10 <= exact <= 0.40, exact
+
+
+def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp_path):
+    """The overlay's run (40 steps from nano-sdpo, ~25 s): every accepted group holds a rollout with the book's full
+    correctness (1.0) -- the base answers some prompts exactly, so nothing is faked as on tiny -- failed groups are
+    redrawn, and held-out exact match and mean correctness rise over the start with their paired 95% intervals above
+    zero. Measured on this 2-core machine: 27% -> 44.5%, +17.5 points [+12, +23.5]; mean score +0.088 [+0.065, +0.113]
+    (from the nano base, whose teacher cannot read, the same run fell 21% -> 2.5%)."""
     from rlhf_recipes.report import read_metrics
+    from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main
 
     run = tmp_path / "sdpo"
-    assert main([str(RECIPES / "sdpo.yaml"), "--profile", "nano", "--max_steps", "2", "--output_dir", str(run)]) == 0
+    assert main([str(RECIPES / "sdpo.yaml"), "--profile", "nano", "--output_dir", str(run)]) == 0
     final = json.loads((run / "final_results.json").read_text())
     draws = final["prompt_draws"]
     groups = final["step_batch"]["groups"]
-    assert draws["drawn"] - draws["skipped"] - draws["discarded"] == 2 * groups  # the accepted groups, all trained
     steps = [m for m in read_metrics(run / "metrics.jsonl") if "self_distillation/success_group_fraction" in m]
+    assert draws["drawn"] - draws["skipped"] - draws["discarded"] == len(steps) * groups  # accepted groups, all trained
     assert steps and all(m["self_distillation/success_group_fraction"] == 1.0 for m in steps)
     assert all(m["rewards/correctness_reward/mean"] > 0 for m in steps)
+    output = tmp_path / "eval.json"
+    assert evaluate([str(run), "--baseline", "--batch_size", "100", "--output", str(output)]) == 0
+    difference = json.loads(output.read_text())["difference"]
+    assert difference["exact_match"]["low"] > 0 and difference["mean_score"]["low"] > 0, difference

@@ -51,13 +51,12 @@ def _excluded_questions(recipe, kwargs: dict, where: str) -> set[str]:
     return {prompt[-1]["content"] for prompt in rows["prompt"]} if rows is not None else set()
 
 
-def generate(recipe) -> "Dataset":
-    from datasets import Dataset
-
+def draw_rows(recipe, kwargs: dict) -> "Dataset":
+    """`num_samples` entries of the recipe's composite (training seed), less those in `exclude`'s draw (counted);
+    `kwargs` is dataset_kwargs without the caller's own keys (this function pops `exclude`)."""
     where, args = recipe.source, recipe.args
     if args.num_samples is None or args.num_samples <= 0:
-        raise DataError(f"{where}: reasoning_gym_sft generates its data: set `num_samples` > 0 (entries drawn)")
-    kwargs = dict(args.dataset_kwargs or {})
+        raise DataError(f"{where}: {args.dataset} generates its data: set `num_samples` > 0 (entries drawn)")
     excluded = _excluded_questions(recipe, kwargs, where)
     rows = build_rows(recipe, args.num_samples, training_seed(recipe), kwargs)
     kept = [i for i, prompt in enumerate(rows["prompt"]) if prompt[-1]["content"] not in excluded]
@@ -68,7 +67,13 @@ def generate(recipe) -> "Dataset":
 
         logging.getLogger(__name__).warning("%s: dropped %d of %d demonstrations whose question is in the excluded "
                                             "draw", where, len(rows) - len(kept), len(rows))
-    rows = rows.select(kept)
+    return rows.select(kept)
+
+
+def generate(recipe) -> "Dataset":
+    from datasets import Dataset
+
+    rows = draw_rows(recipe, dict(recipe.args.dataset_kwargs or {}))
     return Dataset.from_dict({"prompt": rows["prompt"], "completion": [demonstration(a) for a in rows["answer"]]})
 
 

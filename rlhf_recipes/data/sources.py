@@ -27,7 +27,7 @@ __all__ = ["DROP", "DataError", "DataSource", "SOURCES", "chat_prompt", "load_sp
 def _registry() -> dict[str, DataSource]:
     from rlhf_recipes.data import (
         gsm8k, gsm8k_rollouts, hh_rlhf, hh_rlhf_prompts, no_robots, prm800k, reasoning_gym, reasoning_gym_preferences,
-        reasoning_gym_rollouts, reasoning_gym_sft, ultrafeedback,
+        reasoning_gym_rollouts, reasoning_gym_sdpo_sft, reasoning_gym_sft, ultrafeedback,
     )
 
     sources = [
@@ -36,6 +36,7 @@ def _registry() -> dict[str, DataSource]:
         gsm8k_rollouts.SOURCE, prm800k.SOURCE,  # outcome and process reward models (chapter 5)
         no_robots.SOURCE,  # instruction tuning, SFT (chapter 4)
         reasoning_gym_sft.SOURCE,  # SFT demonstrations of a reasoning-gym task (the nano base)
+        reasoning_gym_sdpo_sft.SOURCE,  # SDPO teacher-prompt demonstrations + replay (the nano-sdpo base)
         reasoning_gym_preferences.SOURCE,  # pairs sampled from the policy on a reasoning-gym task (nano's DPO)
         # ORM / PRM data sampled from a policy on a reasoning-gym task (the nano profile's reward models)
         reasoning_gym_rollouts.ROLLOUTS_SOURCE, reasoning_gym_rollouts.STEPS_SOURCE,

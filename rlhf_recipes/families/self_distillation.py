@@ -33,15 +33,19 @@ class SelfDistillation(Family):
         "success_reward_threshold": 0.0,
         "use_vllm": False,
     }
-    # On top of config.NANO_COMMON: the book's task on the nano base (rlhf_recipes/nano.py), sized for a CPU. Unlike
-    # tiny, nothing is faked: the nano base answers ~21% of held-out words exactly, so groups of 8 rollouts with a
-    # success exist (about half of them at the start) and the book's threshold (correctness >= 1.0), redraw, teacher
-    # prompt and loss all stay as the registry and the recipe set them; only what a CPU needs changes here.
-    # SDPO does NOT learn on nano (docs/nano.md): its teacher is the live model reading a successful rollout in its
-    # prompt, and a 0.7M model SFT'd on bare questions cannot read one (measured: the correct answer's log-probability
-    # is LOWER with the solution shown, 40 of 40 words; greedy exact 0/40 with it, 5/40 without), so the student is
-    # distilled towards a worse teacher. The run finishes and shows that; it is the limit of the model, not a tuning.
+    # On top of config.NANO_COMMON: the book's task, sized for a CPU, from the nano-sdpo base. Unlike tiny, nothing is
+    # faked: the base answers ~27% of held-out words exactly, so groups of 8 rollouts with a success exist, and the
+    # book's threshold (correctness >= 1.0), redraw, teacher prompt and loss all stay as the registry and the recipe
+    # set them; only the start and what a CPU needs change here.
     nano_overlay = {
+        # SDPO's teacher is the live model reading a successful rollout in its prompt, which a pretrained model can do
+        # and the nano base (SFT'd on bare questions) cannot: shown the answer, it gives it a LOWER log-probability
+        # (40 of 40 words), and SDPO from it falls 21% -> 2.5%. nano-sdpo (recipes/nano_sdpo_sft.yaml) is nano also
+        # SFT'd on SDPO's teacher prompt (half the rows) with replay of nano's own answers (the other half): its
+        # teacher reads (better on 40 of 40 words, greedy 27/40 exact vs 8/40 without the solution) while its
+        # bare-question exact match stays at 27% (nano: 21%). Measured from it: 27% -> 44.5%, +17.5 [+12, +23.5]
+        # points (docs/nano.md).
+        "model_name_or_path": "nano-sdpo",
         "dataset": "reasoning_gym",  # the book's task, as the recipe has it ...
         "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
             "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
@@ -55,10 +59,10 @@ class SelfDistillation(Family):
         # 32 completions per step of the policy-gradient nano overlay (the book's 16 groups cost 4x the rollouts).
         "per_device_train_batch_size": 8,
         "effective_batch_size": 32,
-        # Measured: at 2e-5 (the policy gradients' nano rate) the model degrades so fast that by step 15 it drew 877
-        # prompts for 4 successful groups (max_draws 1600 would soon stop the run); at 5e-6, 40 steps finish in ~2.5
-        # minutes, held-out exact match 21% -> 2.5%. (The book's 1e-6 is for 1.7B weights.)
-        "learning_rate": 5.0e-6,
+        # Measured from nano-sdpo, 40 steps: lr 5e-6 +4 [+0.5, +7.5] points, 2e-5 (the policy gradients' nano rate)
+        # +17.5 [+12, +23.5]. (From the nano base, whose teacher cannot read, 2e-5 collapsed within 15 steps; the
+        # book's 1e-6 is for 1.7B weights.)
+        "learning_rate": 2.0e-5,
         "max_steps": 40,
         "use_vllm": False,  # CPU
     }
