@@ -27,6 +27,7 @@ import yaml
 from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, read_fields, text
 from rlhf_recipes.data.sources import SOURCES
 from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.nano import SYSTEM_PROMPT as NANO_SYSTEM_PROMPT, TASK as NANO_TASK
 from rlhf_recipes.registry import ALGORITHMS, FAMILIES, Algorithm, family_named, family_of, import_object
 from rlhf_recipes.validation import check_ranges
 
@@ -48,10 +49,13 @@ TINY_COMMON: dict[str, Any] = {
 
 # What `--profile nano` sets for every recipe of a family that runs on nano (a family's `nano_overlay` is not
 # None): the embedded nano model, a 0.7M-parameter Qwen3 trained by recipes/nano_sft.yaml on the book's task
-# (rlhf_recipes/nano.py), fp32 on CPU, no checkpoints, no remote logging. Unlike tiny, nano changes only what
-# a 0.7M model on a CPU needs; the algorithm's own settings (registry defaults, the recipe's) stay.
+# (rlhf_recipes/nano.py), the book's task and prompt in the form the nano base learned, fp32 on CPU, no
+# checkpoints, no remote logging. Unlike tiny, nano changes only what a 0.7M model on a CPU needs; the
+# algorithm's own settings (registry defaults, the recipe's) stay.
 NANO_COMMON: dict[str, Any] = {
     "model_name_or_path": "nano",
+    "dataset_kwargs": NANO_TASK,  # spell_backward, 3-8 letters, seed 42 (a family's data source reads it)
+    "system_prompt": NANO_SYSTEM_PROMPT,  # the book's DeepSeekZero prompt: one token of the nano tokenizer
     "dtype": "float32",  # CPU
     "bf16": False,
     "activation_checkpointing": False,  # nothing to save at this size; it only costs time

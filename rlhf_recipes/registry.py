@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, sft_metrics
+from rlhf_recipes.nano import TASK as NANO_TASK
 
 
 @dataclass(frozen=True)
@@ -339,10 +340,9 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             aliases=("reward", "reward_model", "rm", "bradley_terry", "bt_rm"),
             # On nano: the direct-alignment family's pairs (a correct and an incorrect sample of the nano base,
-            # labelled by the task's scorer: data/reasoning_gym_preferences.py), on the same prompts and words.
-            nano={"dataset": "reasoning_gym_preferences", "num_samples": 3000,
-                  "dataset_kwargs": {"tasks": [{"name": "spell_backward", "weight": 1,
-                                                "config": {"min_word_len": 3, "max_word_len": 8}}], "seed": 42}},
+            # labelled by the task's scorer: data/reasoning_gym_preferences.py), on the same prompts and words
+            # (nano.TASK, without the ORM / PRM overlay's rollout settings).
+            nano={"dataset": "reasoning_gym_preferences", "num_samples": 3000, "dataset_kwargs": NANO_TASK},
         ),
         Algorithm(
             "orm", **_reward_model(_OUTCOME_RM, "3gkoqb7f",

@@ -121,6 +121,12 @@ def build_rows(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = Non
     return Dataset.from_dict(rows)
 
 
+def questions(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = None) -> set[str]:
+    """The questions (last user turns) of a draw of `size` entries with `seed`: what a held-out draw must avoid
+    (the training prompts) and what an SFT draw leaves out (data/reasoning_gym_sft.py's `exclude`)."""
+    return {prompt[-1]["content"] for prompt in build_rows(recipe, size, seed, kwargs)["prompt"]} if size else set()
+
+
 def generate(recipe) -> "Dataset":
     args = recipe.args
     where = recipe.source

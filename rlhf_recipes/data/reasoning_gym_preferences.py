@@ -34,7 +34,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rlhf_recipes.data.base import DataError, DataSource
-from rlhf_recipes.data.reasoning_gym import system_prompt_text, training_seed
+from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET, questions, system_prompt_text, training_seed
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -82,12 +82,6 @@ def sampled_pairs(recipe, size: int, seed: int,
     return pairs, len(kept) - len(pairs), len(rows) - len(kept)
 
 
-def _training_questions(recipe) -> set[str]:
-    from rlhf_recipes.data.reasoning_gym import build_rows
-
-    return {p[-1]["content"] for p in build_rows(recipe, recipe.args.num_samples, training_seed(recipe))["prompt"]}
-
-
 def generate(recipe) -> "Dataset":
     from datasets import Dataset
 
@@ -110,11 +104,10 @@ def heldout(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, 
     """`count` pairs built the same way on the reasoning-gym evaluator's held-out draw, none on a training
     prompt; the draw grows until it gives `count` pairs (or 16x the first try)."""
     from rlhf_recipes.evaluation.options import EvalError
-    from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET
 
     count = count or 200
     seed = training_seed(recipe) + HELDOUT_SEED_OFFSET
-    trained = _training_questions(recipe) if recipe.args.num_samples else set()
+    trained = questions(recipe, recipe.args.num_samples or 0, training_seed(recipe))
     size = first = 4 * count  # ~1/3 of prompts give a pair on the nano base
     while True:
         pairs, unpaired, skipped = sampled_pairs(recipe, size, seed, skip=trained)

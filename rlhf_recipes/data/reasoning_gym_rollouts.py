@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf_recipes.data.base import DataError, DataSource
+from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET, questions, system_prompt_text, training_seed
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -90,8 +91,6 @@ def step_labels(answer: str, gold: str) -> list[int]:
 
 
 def _training_rows(recipe) -> list[dict[str, Any]]:
-    from rlhf_recipes.data.reasoning_gym import training_seed
-
     args = recipe.args
     if args.num_samples is None or args.num_samples <= 0:
         raise DataError(f"{recipe.source}: {args.dataset} samples its data: set `num_samples` > 0 (prompts drawn)")
@@ -137,13 +136,9 @@ def generate_steps(recipe) -> "Dataset":
 def heldout_rollouts(recipe, count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`count` held-out problems x n rollouts, in the ORM's schema (+ `answer`): the held-out evaluator's draw
     (training seed + HELDOUT_SEED_OFFSET), questions that appear among the training prompts skipped."""
-    from rlhf_recipes.data.reasoning_gym import build_rows, training_seed
-    from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET
-
     kwargs, settings = rollout_settings(recipe)
     seed = training_seed(recipe)
-    trained = {p[-1]["content"] for p in build_rows(recipe, recipe.args.num_samples or 0, seed, kwargs)["prompt"]} \
-        if recipe.args.num_samples else set()
+    trained = questions(recipe, recipe.args.num_samples or 0, seed, kwargs)
     drawn = sample(recipe, count + max(8, count // 4), seed + HELDOUT_SEED_OFFSET)
     kept, seen, overlaps = [], set(), 0
     for row in drawn:
@@ -163,12 +158,6 @@ def heldout_rollouts(recipe, count: int) -> tuple[list[dict[str, Any]], dict[str
     return kept, data
 
 
-def _system_prompt_text(value):
-    from rlhf_recipes.data.reasoning_gym import system_prompt_text
-
-    return system_prompt_text(value)
-
-
 ROLLOUTS_SOURCE = DataSource(
     name="reasoning_gym_rollouts",
     hub_id=None,
@@ -176,7 +165,7 @@ ROLLOUTS_SOURCE = DataSource(
     columns=("prompt", "completions", "rewards"),
     normalize=None,
     generate=generate_rollouts,
-    system_prompt_text=_system_prompt_text,
+    system_prompt_text=system_prompt_text,
     heldout_rollouts=heldout_rollouts,
 )
 
@@ -187,6 +176,6 @@ STEPS_SOURCE = DataSource(
     columns=("prompt", "completions", "labels"),
     normalize=None,
     generate=generate_steps,
-    system_prompt_text=_system_prompt_text,
+    system_prompt_text=system_prompt_text,
     heldout_rollouts=heldout_rollouts,
 )

@@ -48,17 +48,11 @@ def teacher_prompt(prompt: list[dict[str, str]], answer: str) -> list[dict[str, 
 
 
 def _greedy_answers(recipe, prompts: list[list[dict[str, str]]]) -> list[dict]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlhf_recipes.evaluation.generation import generate
+    from rlhf_recipes.data.sampled_rollouts import generate_from
     from rlhf_recipes.models import resolve_model_path
 
-    path = resolve_model_path(recipe.value("model_name_or_path"))
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    groups = generate(model, tokenizer, prompts, n=1, batch_size=256, max_new_tokens=REPLAY_MAX_NEW_TOKENS,
-                      desc="replay: the starting model's greedy answers")
+    groups = generate_from(resolve_model_path(recipe.value("model_name_or_path")), prompts, n=1, batch_size=256,
+                           max_new_tokens=REPLAY_MAX_NEW_TOKENS, desc="replay: the starting model's greedy answers")
     return [group[0] for group in groups]
 
 

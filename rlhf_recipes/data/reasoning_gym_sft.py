@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlhf_recipes.data.base import DataError, DataSource
-from rlhf_recipes.data.reasoning_gym import build_rows, training_seed
+from rlhf_recipes.data.reasoning_gym import build_rows, questions, training_seed
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -47,8 +47,7 @@ def _excluded_questions(recipe, kwargs: dict, where: str) -> set[str]:
             isinstance(v, int) and v >= 0 for v in exclude.values()):
         raise DataError(f"{where}: dataset_kwargs.exclude must be a mapping {{seed: INT, size: INT}} (the draw whose "
                         f"questions to leave out), got {exclude!r}")
-    rows = build_rows(recipe, exclude["size"], exclude["seed"], kwargs) if exclude["size"] else None
-    return {prompt[-1]["content"] for prompt in rows["prompt"]} if rows is not None else set()
+    return questions(recipe, exclude["size"], exclude["seed"], kwargs)
 
 
 def draw_rows(recipe, kwargs: dict) -> "Dataset":

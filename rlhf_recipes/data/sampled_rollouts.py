@@ -50,21 +50,28 @@ def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
-            sampling: dict[str, Any], batch_size: int, dataset_kwargs: dict[str, Any] | None) -> list[dict[str, Any]]:
+def generate_from(model_path: str, chats: list[list[dict]], **generate_kwargs) -> list[list[dict[str, Any]]]:
+    """evaluation.generation.generate with the saved model and tokenizer at `model_path`, loaded in fp32: the
+    starting model's own completions that a sampled data source (here, data/reasoning_gym_sdpo_sft.py) builds on."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rewards.reasoning_tasks import score_completion
-    from rlhf_recipes.data.reasoning_gym import build_rows
     from rlhf_recipes.evaluation.generation import generate
 
-    rows = build_rows(recipe, size, seed, dataset_kwargs).to_list()
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    groups = generate(model, tokenizer, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
-                      max_new_tokens=max_new_tokens, chat_template_kwargs=_template_kwargs(recipe),
-                      desc=f"sample {n} rollouts per prompt", seed=seed, **sampling)
+    return generate(model, tokenizer, chats, **generate_kwargs)
+
+
+def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
+            sampling: dict[str, Any], batch_size: int, dataset_kwargs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from rewards.reasoning_tasks import score_completion
+    from rlhf_recipes.data.reasoning_gym import build_rows
+
+    rows = build_rows(recipe, size, seed, dataset_kwargs).to_list()
+    groups = generate_from(model_path, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
+                           max_new_tokens=max_new_tokens, chat_template_kwargs=_template_kwargs(recipe),
+                           desc=f"sample {n} rollouts per prompt", seed=seed, **sampling)
     out = []
     for row, group in zip(rows, groups):
         texts = [g["text"] for g in group]

@@ -28,12 +28,11 @@ class ReasoningGymEvaluator(Evaluator):
     default_problems = 200
 
     def build_data(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        from rlhf_recipes.data.reasoning_gym import build_rows, training_seed
+        from rlhf_recipes.data.reasoning_gym import build_rows, questions, training_seed
 
         recipe, n = self.recipe, self.num_problems()
         seed = training_seed(recipe)
-        trained = {row[-1]["content"] for row in build_rows(recipe, recipe.args.num_samples or 0, seed)["prompt"]} \
-            if recipe.args.num_samples else set()
+        trained = questions(recipe, recipe.args.num_samples or 0, seed)
         heldout_seed = seed + HELDOUT_SEED_OFFSET
         size = n + max(8, n // 4)
         while True:

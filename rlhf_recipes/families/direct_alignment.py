@@ -27,11 +27,7 @@ class DirectAlignment(Family):
     # completion of the same prompt: data/reasoning_gym_preferences.py); the algorithm's own settings (its loss,
     # the registry's defaults, the recipe's beta) stay; only what a 0.7M model on a CPU needs changes here.
     nano_overlay = {
-        "dataset": "reasoning_gym_preferences",  # pairs from the book's task, whatever the recipe's dataset ...
-        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
-            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-            "seed": 42},
-        "system_prompt": "DeepSeekZero",  # the book's prompt: one token of the nano tokenizer
+        "dataset": "reasoning_gym_preferences",  # pairs from the book's task (NANO_COMMON), whatever the recipe's dataset
         "num_samples": 3000,  # prompts drawn (x8 samples, ~1 min): ~1000 give a pair on the nano base
         "max_length": 96,  # prompt ~37 tokens + completion <= 24 + template: nothing is cut
         # 32 pairs per optimizer step, one micro-batch (a CPU runs one forward of 64 sequences faster than eight of

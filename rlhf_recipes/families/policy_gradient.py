@@ -46,11 +46,7 @@ class PolicyGradient(Family):
     # The algorithm's own settings (advantage, clipping, loss aggregation, rollouts per prompt) stay as the
     # registry and the recipe set them; only what a 0.7M model on a CPU needs changes here.
     nano_overlay = {
-        "dataset": "reasoning_gym",  # the book's task, whatever the recipe's dataset ...
-        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
-            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-            "seed": 42},
-        "system_prompt": "DeepSeekZero",  # the book's prompt: one token of the nano tokenizer
+        "dataset": "reasoning_gym",  # the book's task (NANO_COMMON: spell_backward, 3-8 letters), whatever the recipe's dataset
         "num_samples": 3000,  # the book's data size; a nano run stops after max_steps, well within it
         "max_completion_length": 24,  # the base answers in ~10-16 tokens; 24 leaves room to think a little
         "overlong_max_length": 24,  # DAPO's overlong penalty scaled to that budget ...

@@ -178,11 +178,7 @@ class RejectionSampling(SupervisedFineTuning):
     # Stage 6 then reports held-out spell_backward exact match (evaluation/reasoning.py), as `rlhf-recipes
     # evaluate` does. The selection rules, N = 8, top_p / top_k and the 2 SFT epochs stay the book's.
     nano_overlay = {
-        "dataset": "reasoning_gym",  # the book's policy-gradient task ...
-        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
-            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-            "seed": 42},
-        "system_prompt": "DeepSeekZero",  # the book's reasoning prompt: one token of the nano tokenizer
+        "dataset": "reasoning_gym",  # the book's policy-gradient task (NANO_COMMON: spell_backward, 3-8 letters)
         "num_samples": 1000,  # the book's 1000 prompts
         "reward_func": "correctness_reward",  # the verifier (stages 2-3); reward_model is then not loaded
         # Measured (top_per_prompt, 1000 prompts x 8): at the book's 0.8 a 0.7M model's samples are exact only 4.5% of

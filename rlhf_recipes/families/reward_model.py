@@ -22,6 +22,7 @@ from typing import Any
 from rlhf_recipes.data.reward_model_examples import reward_model_info, rm_kind, tokenize_split
 from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 from rlhf_recipes.families.base import Family
+from rlhf_recipes.nano import TASK as NANO_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +42,14 @@ TINY_OVERLAY = {  # on top of config.TINY_COMMON
 # itself, ORM rollouts or PRM steps, is the algorithm's `nano` in the registry). The RM starts from the nano base
 # (NANO_COMMON's model) with a new head; only what a 0.7M model on a CPU needs changes here.
 NANO_OVERLAY = {
-    "dataset_kwargs": {  # the nano policy-gradient runs' task and word range (families/policy_gradient.py) ...
-        "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-        "seed": 42,
+    "dataset_kwargs": {  # the nano runs' task and word range (nano.TASK, as NANO_COMMON sets it) ...
+        **NANO_TASK,
         # ... and what the policy samples there. Measured on the nano base (1000 prompts x 8, seed 42): at
         # temperature 0.3, 22% of the samples are exact, 34% of the prompts have a correct and an incorrect
         # rollout (the pairs an RM must rank), 42% any correct; at 0.6: 11% exact, 34% both, 35% any. 0.3 keeps
         # more prompts where a pick can matter. 24 new tokens: the base answers in ~14 (as the nano PG runs).
         "rollouts": {"policy": "nano", "n": 8, "temperature": 0.3, "top_p": 0.95, "max_new_tokens": 24},
     },
-    "system_prompt": "DeepSeekZero",  # the prompt the policy was sampled with (one token of the nano tokenizer)
     "num_samples": 1000,  # prompts x 8 rollouts = 8000 rollouts, sampled in ~20 s (once, cached)
     "eval_fraction": 0.1,  # the classifier's held-out split (by prompt for the ORM, by rollout for the PRM)
     "max_length": 256,  # the nano model's positions; ORM rollouts ~55 tokens, PRM examples <= 117 (a scored

@@ -46,11 +46,7 @@ class SelfDistillation(Family):
         # bare-question exact match stays at 27% (nano: 21%). Measured from it: 27% -> 44.5%, +17.5 [+12, +23.5]
         # points (docs/nano.md).
         "model_name_or_path": "nano-sdpo",
-        "dataset": "reasoning_gym",  # the book's task, as the recipe has it ...
-        "dataset_kwargs": {  # ... in the word range the nano base learned (recipes/nano_sft.yaml; the book's: 3-10)
-            "tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-            "seed": 42},
-        "system_prompt": "DeepSeekZero",  # the book's prompt: one token of the nano tokenizer
+        "dataset": "reasoning_gym",  # the book's task, as the recipe has it (NANO_COMMON: spell_backward, 3-8 letters)
         "num_samples": 3000,  # the prompt stream; a nano run draws well under it
         "max_completion_length": 24,  # the base answers in ~10-16 tokens; 24 leaves room to think a little
         "max_prompt_length": 128,  # the student prompt is ~37 tokens
