@@ -8,6 +8,7 @@
     rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
+    rlhf-recipes sweep recipes/dpo.yaml --grid beta=0.05,0.1 --seeds 3   # a controlled experiment over seeds
     rlhf-recipes nano-book                                  # every policy gradient on nano, one figure
     rlhf-recipes nano-book --family direct_alignment        # the same for DPO and its relatives
     rlhf-recipes runs --prune 2                             # every run under outputs/; keep 2 checkpoints each
@@ -40,9 +41,13 @@ COMMANDS: dict[str, Command] = {
                             "split one GRPO rollout batch into generation, scoring and training"),
     "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
                             "try every kind of bad input and time how long each takes to be reported"),
+    "bench-sweep": Command("rlhf_recipes.tools.bench.sweep_workers:main",
+                           "a sweep with --workers 1 against --workers W: wall times and the speed-up"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",
                         "held-out task accuracy of a run (any family), before / after with intervals"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
+    "sweep": Command("rlhf_recipes.tools.sweep.cli:main",
+                     "a grid of settings x seeds, locally or as a SLURM array: intervals over seeds, one report"),
     "nano-book": Command("rlhf_recipes.tools.nano_book:main",
                          "every recipe of a family (--family) on the nano profile: held-out gains, one figure, a table"),
     "results": Command("rlhf_recipes.tools.results:main",

@@ -3,8 +3,12 @@
     rlhf-recipes nano-book                               # the ten policy gradients, ~2-5 minutes each on one thread
     rlhf-recipes nano-book --family direct_alignment     # DPO and its eight relatives, ~2-3 minutes each
     rlhf-recipes nano-book --algorithms grpo,reinforce --max_steps 200 --out outputs/nano-book-quick
+    rlhf-recipes nano-book --algorithms grpo,dapo --seeds 3 --workers 2     # 3 training seeds each, 2 at a time
 
-For each algorithm of the family (`--family`, one that runs on nano: the registry's entries of that family), in order:
+For each algorithm of the family (`--family`, one that runs on nano: the registry's entries of that family) and each
+seed (--seeds N: seeds 0..N-1; default one run at the recipe's seed), a job of the sweep's executor
+(rlhf_recipes/tools/sweep/executor.py: --workers at once, a failed run never stops the others, the same command
+again resumes what was interrupted and reuses what finished):
   1. train `recipes/<algorithm>.yaml --profile nano` in its own process (the normal runner), with periodic
      held-out evaluation (`eval_every` steps, `eval_problems` problems, greedy) logged as eval/<metric>;
   2. `rlhf-recipes evaluate RUN --baseline`: the family's held-out metrics of the run and of the nano SFT base on
@@ -15,7 +19,9 @@ reward), held-out exact match and the training pairs' preference accuracy. Then 
 <out>/nano_book_<family>.png: a panel per held-out metric and one for the training metric (a running mean)
 against the optimizer step, a line per algorithm; a table of base, final, gain [95% interval] per held-out metric
 and wall time per algorithm (printed, and <out>/nano_book_<family>_table.txt), and every number with the settings
-that produced it in <out>/nano_book_<family>.json. A finished run is reused unless --overwrite.
+that produced it in <out>/nano_book_<family>.json. With --seeds, each gain is the mean over seeds with a 95% t
+interval over seeds, "learns" means that interval lies above zero, and the curves are means over seeds.
+A finished run is reused unless --overwrite.
 These are this project's nano runs, never the book's: the book's runs are 1-2B models on GPUs.
 """
 
@@ -23,18 +29,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import recipe_path
-from rlhf_recipes.report import read_metrics, run_finished
+from rlhf_recipes.report import read_metrics
 from rlhf_recipes.json_safe import json_safe
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
+WALL_FILE = "nano_book_wall_s.json"
 # Panel title, axis label and whether it is a rate (drawn in %) of the metrics the families name
 # (Family.nano_book_heldout / nano_book_training); another metric is drawn under its own name.
 LABELS = {
@@ -86,6 +90,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval_every", type=int, default=50, help="held-out evaluation every N optimizer steps")
     parser.add_argument("--eval_problems", type=int, default=100, help="problems per periodic evaluation")
     parser.add_argument("--num_problems", type=int, default=200, help="problems of the final before/after evaluation")
+    parser.add_argument("--seeds", type=int, help="training seeds per algorithm (seeds 0..N-1, in <out>/<algorithm>/"
+                        "seed-<s>); the table then gives the mean gain with a 95%% interval over seeds")
+    parser.add_argument("--workers", type=int, help="runs at once (default: one per core)")
     parser.add_argument("--overwrite", action="store_true", help="train again even where a run finished")
     args = parser.parse_args(argv)
     families = nano_families()
@@ -97,47 +104,44 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"--algorithms: {', '.join(unknown)} are not {args.family} algorithms that run on nano; "
                      f"expected some of {', '.join(available)}")
-    for flag in ("max_steps", "eval_every", "eval_problems", "num_problems"):
+    for flag in ("max_steps", "eval_every", "eval_problems", "num_problems", "seeds", "workers"):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             parser.error(f"--{flag} must be > 0, got {value}")
     return args
 
 
-def train(algorithm: str, run: Path, args: argparse.Namespace) -> float:
-    """One run in its own process; returns its wall seconds (the recorded ones when the run is reused)."""
-    timing = run / "nano_book_wall_s.json"
-    if run_finished(run) and timing.exists() and not args.overwrite:
+def jobs(args: argparse.Namespace) -> list:
+    """One executor job per algorithm x seed: train on nano with periodic held-out evaluation, then
+    `rlhf-recipes evaluate RUN --baseline` into RUN/eval/nano_book.json. Without --seeds: the recipe's own seed in
+    <out>/<algorithm> (the layout of reference_runs/nano); with --seeds N: <out>/<algorithm>/seed-<s>, s < N."""
+    from rlhf_recipes.tools.sweep.executor import Job
+
+    out = []
+    for algorithm in args.algorithm_list:
+        train = [str(recipe_path(algorithm)), "--profile", "nano", "--eval_every", str(args.eval_every),
+                 "--eval_problems", str(args.eval_problems), *(["--max_steps", str(args.max_steps)] if args.max_steps
+                                                               else [])]
+        evaluate = ("--num_problems", str(args.num_problems), "--batch_size", "50")
+        for seed in (range(args.seeds) if args.seeds else [None]):
+            folder = args.out / algorithm if seed is None else args.out / algorithm / f"seed-{seed}"
+            name = algorithm if seed is None else f"{algorithm}/seed-{seed}"
+            out.append(Job(name, folder, tuple(train + ([] if seed is None else ["--seed", str(seed)])), evaluate,
+                           eval_name="nano_book"))
+    return out
+
+
+def wall_seconds(run: Path) -> float:
+    """The run's recorded wall time (training process and evaluation), else its trainer's time."""
+    timing = run / WALL_FILE
+    if timing.exists():
         return json.loads(timing.read_text())["wall_s"]
-    command = [sys.executable, "-m", "rlhf_recipes.train", str(recipe_path(algorithm)), "--profile", "nano",
-               "--output_dir", str(run), "--eval_every", str(args.eval_every),
-               "--eval_problems", str(args.eval_problems), "--overwrite"]
-    if args.max_steps:
-        command += ["--max_steps", str(args.max_steps)]
-    run.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(run / "nano_book_train.log", "w", encoding="utf-8") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{algorithm}: `{' '.join(command)}` exited {done.returncode}; "
-                           f"see {run}/nano_book_train.log")
-    timing.write_text(json.dumps({"wall_s": wall, "command": command}))
-    return wall
+    return json.loads((run / "final_results.json").read_text())["wall_seconds"]
 
 
-def evaluate(run: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """`rlhf-recipes evaluate RUN --baseline` (in this process); its JSON result."""
-    from rlhf_recipes.tools.evaluate import main as evaluate_main
-
-    output = run / "eval" / "nano_book.json"
-    if not output.exists() or args.overwrite:
-        code = evaluate_main([str(run), "--baseline", "--num_problems", str(args.num_problems), "--batch_size", "50",
-                              "--output", str(output)])
-        if code != 0:
-            raise RuntimeError(f"rlhf-recipes evaluate {run} --baseline exited {code}")
-    return json.loads(output.read_text())
+def record_wall(outcome) -> None:
+    if outcome.status == "finished" and outcome.did in ("trained", "resumed", "restarted"):
+        (outcome.job.folder / WALL_FILE).write_text(json.dumps({"wall_s": outcome.wall_s}))
 
 
 def curves(run: Path, heldout: tuple[str, ...], training: str) -> dict[str, Any]:
@@ -163,11 +167,35 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
             "problems": result["data"]["problems"], "curves": curves(run, heldout, training)}
 
 
-def running_mean(points: list[tuple[int, float]], window: int) -> tuple[list[int], list[float]]:
-    steps, values = [p[0] for p in points], [p[1] for p in points]
-    means = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-             for i in range(len(values))]
-    return steps, means
+def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
+    t interval over seeds (rlhf_recipes/tools/sweep/stats.py) and every seed's numbers; "learns" when every gain's
+    seed interval lies above zero; the curves are the means over seeds at the steps every seed logged."""
+    from rlhf_recipes.tools.sweep.plot import seed_band
+    from rlhf_recipes.tools.sweep.stats import seed_interval
+
+    def mean(values):
+        return sum(values) / len(values)
+
+    metrics = {}
+    for m in rows[0]["metrics"]:
+        gains = seed_interval([r["metrics"][m]["gain"] for r in rows])
+        metrics[m] = {"base": mean([r["metrics"][m]["base"] for r in rows]),
+                      "final": mean([r["metrics"][m]["final"] for r in rows]), "gain": gains["mean"],
+                      "gain_interval": [gains["low"], gains["high"]], "gain_std": gains["std"],
+                      "interval": "95% t interval over training seeds"}
+
+    def mean_curve(per_seed: list[list]) -> list[tuple[int, float]]:
+        steps, means, _, _ = seed_band(dict(enumerate(per_seed)))
+        return list(zip(steps, means))
+
+    curves = {"heldout": {m: mean_curve([r["curves"]["heldout"][m] for r in rows]) for m in metrics},
+              "training": mean_curve([r["curves"]["training"] for r in rows])}
+    return {"algorithm": rows[0]["algorithm"], "seeds": len(rows), "wall_s": sum(r["wall_s"] for r in rows),
+            "metrics": metrics, "learns": all(v["gain_interval"][0] is not None and v["gain_interval"][0] > 0
+                                              for v in metrics.values()),
+            "per_seed": [{k: r[k] for k in ("run", "wall_s", "metrics", "learns", "problems")} for r in rows],
+            "problems": rows[0]["problems"], "curves": curves}
 
 
 def _label(metric: str) -> tuple[str, str, bool]:
@@ -181,6 +209,8 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    from rlhf_recipes.tools.sweep.plot import running_mean
+
     heldout, training = book_metrics(family)
     fig, axes = plt.subplots(1, len(heldout) + 1, figsize=(6.5 * (len(heldout) + 1), 5))
     for row in rows:
@@ -188,11 +218,13 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
         for axis, metric in zip(axes, heldout):
             scale = 100 if _label(metric)[2] else 1
             points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
+            label = row["algorithm"] + (f" (mean of {row['seeds']} seeds)" if row.get("seeds") else "")
             line, = axis.plot([p[0] for p in points], [scale * p[1] for p in points], marker="o", markersize=3,
-                              color=color, label=row["algorithm"])
+                              color=color, label=label)
             color = line.get_color()
-        steps, means = running_mean(row["curves"]["training"], window=10)
-        axes[-1].plot(steps, means, color=color, label=row["algorithm"])
+        training_points = row["curves"]["training"]
+        axes[-1].plot([p[0] for p in training_points], running_mean([p[1] for p in training_points], 10),
+                      color=color, label=row["algorithm"])
     for axis, metric in zip(axes, (*heldout, training)):
         axis.set(xlabel="optimizer step", ylabel=_label(metric)[1], title=_label(metric)[0])
     for axis in axes:
@@ -217,8 +249,11 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY):
     from rich.table import Table
 
     heldout, _ = book_metrics(family)
+    seeds = max((r.get("seeds", 1) for r in rows), default=1)
+    over = f"mean of {seeds} training seeds, 95% t interval over seeds" if seeds > 1 else \
+        "one training seed, 95% paired bootstrap over problems"
     out = Table(title=f"nano-book: held-out {', '.join(heldout)} of each {family} algorithm vs the nano SFT base "
-                      "(gains in points for rates)")
+                      f"(gains in points for rates; {over})")
     out.add_column("algorithm")
     for metric in heldout:
         for column in ("base", "final", "gain [95%]"):
@@ -230,30 +265,36 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY):
         for metric in heldout:
             v, rate = r["metrics"][metric], _label(metric)[2]
             low, high = v["gain_interval"]
-            cells += [_cell(v["base"], rate), _cell(v["final"], rate), f"{_cell(v['gain'], rate, True)} "
-                      f"[{_cell(low, rate, True)}, {_cell(high, rate, True)}]"]
+            interval = "" if low is None else f" [{_cell(low, rate, True)}, {_cell(high, rate, True)}]"
+            cells += [_cell(v["base"], rate), _cell(v["final"], rate), f"{_cell(v['gain'], rate, True)}{interval}"]
         out.add_row(r["algorithm"], *cells, "yes" if r["learns"] else "no", f"{r['wall_s'] / 60:.1f} min")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
-    from tqdm import tqdm
 
     args = parse(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
     from rlhf_recipes.nano import nano_model_path
 
     base = nano_model_path()  # built once, before the runs (each would otherwise wait on the build's lock)
+    from rlhf_recipes.tools.sweep.executor import Executor, default_workers
+
+    todo = jobs(args)
+    executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite, title="nano-book")
+    outcomes = executor.run(todo, on_finish=record_wall)
+    failed = [o for o in outcomes if o.status != "finished"]
+    for o in failed:  # the others stay reusable: the same command again runs only these
+        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
+    if failed:
+        return 130 if executor.stopped else 1
     rows = []
-    for algorithm in tqdm(args.algorithm_list, desc="nano-book", unit="algorithm"):
-        run = args.out / algorithm
-        try:
-            wall = train(algorithm, run, args)
-            rows.append(summary(algorithm, run, wall, evaluate(run, args), args.family))
-        except RuntimeError as e:  # a run that failed: say which and where its log is; the others stay reusable
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+    for algorithm in args.algorithm_list:
+        runs = [o.job.folder for o in outcomes if o.job.name.split("/")[0] == algorithm]
+        per_seed = [summary(algorithm, run, wall_seconds(run), json.loads((run / "eval" / "nano_book.json")
+                                                                          .read_text()), args.family) for run in runs]
+        rows.append(per_seed[0] if args.seeds is None else over_seeds(per_seed))
     name = stem(args.family)
     plot(rows, args.out / f"{name}.png", args.family)
     console = Console(record=True, width=160)

@@ -26,16 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shlex
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.json_safe import json_safe
-from rlhf_recipes.paths import RECIPES_DIR, recipe_path
+from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.report import run_finished
 
 logger = logging.getLogger(__name__)
@@ -130,25 +127,30 @@ def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> st
 
 
 def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
-    """Train one stage (skipped when its run already finished); returns wall seconds."""
+    """Train one stage (skipped when its run already finished); returns wall seconds.
+
+    In its own process through the sweep's executor (rlhf_recipes/tools/sweep/executor.py), as every multi-run
+    tool: an interrupted stage resumes from its checkpoint, a finished one is kept, the log is <out>.log."""
     if run_finished(out) and not options.overwrite:
         logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
         return 0.0
-    argv = list(argv)
-    if out.exists() and (out / "config.yaml").exists():
-        argv.append("--overwrite")  # an unfinished or replaced run starts over
     start = time.time()
-    logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
-    if options.in_process:
+    if options.in_process:  # tests: the runner in this process (a stage that did not finish starts over)
         from rlhf_recipes.train import main as train
 
-        code = train(argv)
+        logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
+        restart = ["--overwrite"] if (out / "config.yaml").exists() else []
+        code, log = train([*argv, *restart]), "its log"
     else:
-        launcher = shlex.split(options.launcher) if options.launcher else [sys.executable]
-        code = subprocess.run([*launcher, str(RECIPES_DIR / "run.py"), *argv]).returncode  # recipe paths are absolute: runs land where the user stands
+        from rlhf_recipes.tools.sweep.executor import Job, run_one
+
+        job = Job(name, out, tuple(argv))  # argv names --output_dir out already; the executor's is the same
+        logger.info("pipeline: training %s (log: %s)", name, job.log)
+        outcome = run_one(job, options.launcher, overwrite=options.overwrite)
+        code, log = (0 if outcome.status == "finished" else 1), str(job.log)
     if code != 0:
-        raise RuntimeError(f"pipeline: stage {name} failed (exit code {code}); its log says why. Fix it and run the "
-                           "pipeline again: finished stages are kept")
+        raise RuntimeError(f"pipeline: stage {name} failed; {log} says why. Fix it and run the pipeline again: "
+                           "finished stages are kept, an interrupted one resumes")
     return time.time() - start
 
 

@@ -1,0 +1,154 @@
+"""`rlhf-recipes sweep`: a controlled experiment, a grid of settings x seeds, each cell x seed one normal run.
+
+    rlhf-recipes sweep recipes/grpo.yaml --profile nano --grid learning_rate=1e-5,2e-5,4e-5 --seeds 3 --workers 2
+    rlhf-recipes sweep recipes/dpo.yaml --profile tiny --grid beta=0.05,0.1 --seeds 2 --max_steps 20
+    rlhf-recipes sweep sweep.yaml                      # a wandb grid sweep file (+ `recipe:`), docs/sweeps.md
+    rlhf-recipes sweep outputs/sweeps/grpo-nano --report   # redraw the report of a (partly) finished sweep
+    rlhf-recipes sweep recipes/grpo.yaml --grid learning_rate=1e-6,3e-6 --seeds 5 --slurm --slurm_option=--gres=gpu:1
+
+Runs land in DIR/<key=value,...>/seed-<s>/ (each with its config.yaml, metrics.jsonl, final_results.json and, with
+--evaluate, eval/sweep.json from `rlhf-recipes evaluate RUN --baseline`); their logs beside them (seed-<s>.log).
+Any other --KEY VALUE is a recipe override for every run (checked like the runner checks it). The same command
+again runs only what has not finished: interrupted runs resume from their checkpoint, finished ones are never
+re-run, added values or seeds add runs. DIR/sweep.json, sweep.txt and sweep.png are rewritten as runs finish:
+per cell the mean, seed std and a 95% interval over seeds of every metric; per pair of cells the difference in
+the key metric with its interval (docs/sweeps.md says how little 2-3 seeds tell).
+Exit code: 0 every run finished, 1 some failed (listed with their logs), 130 interrupted, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlhf_recipes.config import RecipeError, read_yaml
+from rlhf_recipes.tools.sweep import spec as sweep_spec
+from rlhf_recipes.tools.sweep import state
+from rlhf_recipes.tools.sweep.spec import SweepSpec
+
+DEFAULT_ROOT = Path("outputs/sweeps")
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="rlhf-recipes sweep", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", help="a recipe, a sweep file (wandb's grid format), or a sweep folder")
+    parser.add_argument("--profile", choices=("tiny", "nano"), help="run every cell on this profile")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="a swept recipe key and its values (repeat for more keys: every combination runs)")
+    parser.add_argument("--seeds", type=int, help="training seeds per cell (default 1): seeds FIRST..FIRST+N-1")
+    parser.add_argument("--first_seed", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--workers", type=int, help="runs at once (default: one per core, or one per GPU)")
+    parser.add_argument("--out", type=Path, help="the sweep's folder (default outputs/sweeps/<recipe>[-<profile>])")
+    parser.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=None,
+                        help="run `rlhf-recipes evaluate RUN --baseline` on each finished run (default: where the "
+                        "family has a held-out evaluation)")
+    parser.add_argument("--metric", help="the metric the report ranks (default: the held-out gain, else a key metric)")
+    parser.add_argument("--report", action="store_true", help="only (re)write the report of the sweep in TARGET")
+    parser.add_argument("--overwrite", action="store_true", help="train every run of this command again")
+    parser.add_argument("--launcher", help="how each run starts, e.g. 'accelerate launch --config_file "
+                        "accelerate_configs/4gpu.yaml' (default: python)")
+    parser.add_argument("--slurm", action="store_true", help="write DIR/sweep.sbatch (one job array) and sbatch it")
+    parser.add_argument("--slurm_option", action="append", default=[], metavar="OPTION",
+                        help="an #SBATCH line for the array, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
+    return parser.parse_known_args(argv)
+
+
+def read_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[SweepSpec, Path]:
+    """The sweep this command asks for, and its folder."""
+    target = Path(args.target)
+    if target.is_dir():
+        spec = state.load(target)
+        if spec is None:
+            raise RecipeError(f"{target}: not a sweep folder (no {state.SPEC_FILE}); give a recipe or a sweep file")
+        if args.grid or overrides or args.seeds:
+            raise RecipeError(f"{target}: a sweep folder runs as recorded; to widen it, run the recipe again with "
+                              f"--out {target} and the new --grid values or --seeds")
+        return spec, target
+    data = read_yaml(str(target))
+    if "algorithm" in data:  # a recipe
+        spec = SweepSpec(recipe=str(target), profile=args.profile, grid=sweep_spec.parse_grid(args.grid),
+                         seeds=sweep_spec.parse_seeds(args.seeds, args.first_seed), overrides=overrides,
+                         metric=args.metric)
+    else:
+        spec = sweep_spec.from_file(str(target))
+        if args.grid:
+            raise RecipeError(f"{target}: a sweep file sets its grid in `parameters`; drop --grid")
+        spec.profile = args.profile or spec.profile
+        spec.overrides += overrides
+        spec.metric = args.metric or spec.metric
+        if args.seeds is not None:
+            spec.seeds = sweep_spec.parse_seeds(args.seeds, args.first_seed)
+    name = Path(spec.recipe).stem + (f"-{spec.profile}" if spec.profile else "")
+    return spec, args.out or DEFAULT_ROOT / name
+
+
+def wants_evaluation(spec: SweepSpec, asked: bool | None) -> bool:
+    """--evaluate / --no-evaluate, else whether the recipe's family has a held-out evaluation for it."""
+    if asked is not None:
+        return asked
+    from rlhf_recipes.evaluation import EvalOptions
+    from rlhf_recipes.registry import family_of
+
+    recipe = spec.recipe_of()
+    return family_of(recipe.algorithm).evaluator(recipe, EvalOptions()) is not None
+
+
+def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
+    from rlhf_recipes.tools.sweep.executor import Job
+
+    return [Job(name=str(run.relpath), folder=sweep_dir / run.relpath, train=tuple(spec.train_args(run)),
+                evaluate=("--batch_size", "50") if evaluate else None) for run in spec.runs()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse(sys.argv[1:] if argv is None else argv)
+    from rlhf_recipes.tools.sweep import report
+    from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
+
+    try:
+        spec, sweep_dir = read_spec(args, overrides)
+        if args.report:
+            return print_report(report.write(state.load(sweep_dir) or spec, sweep_dir))
+        sweep_spec.check(spec)
+        if args.workers is not None and args.workers < 1:
+            raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")
+        evaluate = wants_evaluation(spec, args.evaluate)
+        jobs = jobs_of(spec, sweep_dir, evaluate)
+        with state.SweepLock(sweep_dir):
+            whole = state.merged(spec, sweep_dir, args.overwrite)
+            if not args.overwrite:
+                for job in jobs:
+                    check_settings(job)
+            state.save(whole, sweep_dir)
+            if args.slurm:
+                from rlhf_recipes.tools.sweep.slurm import write_and_submit
+
+                return write_and_submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}")
+            executor = Executor(args.workers or default_workers(len(jobs)), args.launcher, overwrite=args.overwrite,
+                                title=f"sweep {sweep_dir}")
+            outcomes = executor.run(jobs, on_finish=lambda outcome: report.write(whole, sweep_dir))
+            result = report.write(whole, sweep_dir)
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print_report(result)
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        print(f"failed: {o.job.name}: {o.error}; log: {o.job.log}", file=sys.stderr)
+    print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
+    if executor.stopped:
+        return 130
+    return 1 if failed else 0
+
+
+def print_report(result: dict) -> int:
+    from rlhf_recipes.tools.sweep.report import text
+
+    print(text(result), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The one place that launches, resumes and collects many runs: sweeps, nano-book, the HH pipeline, SLURM tasks.
+
+A `Job` is one normal run of the runner (`recipes/run.py RECIPE ...`) in its own folder, optionally followed by
+`rlhf-recipes evaluate RUN --baseline`. `run_one` carries a job from wherever its folder stands to done:
+  - finished, evaluated (or no evaluation asked): nothing to do, never run again;
+  - finished, not evaluated: only the evaluation;
+  - started, with a complete checkpoint: `--resume` (an interrupted run continues exactly);
+  - started, without one (killed before its first save): `--overwrite`, from the start;
+  - new: a plain start.
+A folder whose run has other settings than the job's is refused before anything runs (`check_settings`).
+`Executor` runs jobs on W worker processes at once (threads per run split so workers x threads <= cores; one GPU
+each where GPUs are visible), shows a live table, keeps going when a run fails, and on Ctrl-C / SIGTERM tells
+every running run to save a checkpoint and stop (the next invocation resumes them).
+Each job's output (training, then evaluation) goes to `<folder>.log` beside its folder: it survives the runner's
+--overwrite, which replaces the folder's content.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rlhf_recipes.checkpoints import find_resumable_checkpoint
+from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.paths import RECIPES_DIR
+from rlhf_recipes.report import FINAL_RESULTS, run_finished
+from rlhf_recipes.run_setup import meaning_changes, read_run_config
+
+EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str  # shown in the progress table and in errors
+    folder: Path  # the run's output_dir
+    train: tuple[str, ...]  # the runner's arguments, recipe first, without --output_dir
+    evaluate: tuple[str, ...] | None = None  # extra `rlhf-recipes evaluate RUN --baseline` arguments; None: none
+    eval_name: str = "sweep"  # the evaluation's file: <folder>/eval/<eval_name>.json
+
+    @property
+    def log(self) -> Path:
+        return self.folder.parent / f"{self.folder.name}.log"
+
+    @property
+    def eval_output(self) -> Path:
+        return self.folder / "eval" / f"{self.eval_name}.json"
+
+
+@dataclass
+class Outcome:
+    job: Job
+    status: str  # finished | failed | interrupted
+    did: str  # nothing | evaluated | trained | resumed | restarted
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+def next_step(job: Job, overwrite: bool = False) -> str:
+    """done | evaluate | resume | restart | train: what carries the job's folder to done (overwrite: start over)."""
+    if overwrite and (job.folder / "config.yaml").exists():
+        return "restart"
+    if run_finished(job.folder):
+        return "evaluate" if job.evaluate is not None and not job.eval_output.exists() else "done"
+    if not (job.folder / "config.yaml").exists():
+        return "train"
+    return "resume" if find_resumable_checkpoint(job.folder).checkpoint is not None else "restart"
+
+
+def check_settings(job: Job) -> None:
+    """The run already in the job's folder computes what the job asks; else a RecipeError naming the keys."""
+    old = read_run_config(job.folder)
+    if old is None:
+        return
+    from rlhf_recipes.config import load_recipe
+
+    new = load_recipe([*job.train, "--output_dir", str(job.folder)], construct=False).resolved
+    changes = meaning_changes(old, new)
+    if changes:
+        listed = "; ".join(f"`{k}` {o!r} -> {n!r}" for k, o, n in changes[:4])
+        raise RecipeError(f"{job.folder} holds a run with other settings than this one asks ({listed}"
+                          f"{' ...' if len(changes) > 4 else ''}); use another output folder, or --overwrite to "
+                          "train it again")
+
+
+def train_command(job: Job, step: str, launcher: str | None = None) -> list[str]:
+    start = shlex.split(launcher) if launcher else [sys.executable]
+    extra = {"resume": ["--resume"], "restart": ["--overwrite"], "train": []}[step]
+    # recipes/run.py by absolute path: runs land where the user stands, whatever the launcher's working dir
+    return [*start, str(RECIPES_DIR / "run.py"), *job.train, "--output_dir", str(job.folder), *extra]
+
+
+def evaluate_command(job: Job) -> list[str]:
+    return [sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", str(job.folder), "--baseline",
+            "--output", str(job.eval_output), *(job.evaluate or ())]
+
+
+def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
+                started: Callable[[subprocess.Popen | None], None]) -> int:
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"\n$ {shlex.join(command)}   # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        out.flush()
+        # A session of its own: Ctrl-C in the terminal reaches the executor, which forwards ONE signal (a second
+        # one would skip the run's checkpoint save).
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        started(proc)
+        try:
+            return proc.wait()
+        finally:
+            started(None)
+
+
+def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = None,
+            started: Callable[[subprocess.Popen | None], None] = lambda proc: None,
+            stopping: Callable[[], bool] = lambda: False, overwrite: bool = False) -> Outcome:
+    """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why."""
+    begin = time.perf_counter()
+    step = next_step(job, overwrite)
+    if step == "done":
+        return Outcome(job, "finished", "nothing")
+    job.folder.parent.mkdir(parents=True, exist_ok=True)
+    did = "evaluated"
+    if step != "evaluate":
+        did = {"resume": "resumed", "restart": "restarted", "train": "trained"}[step]
+        code = _run_logged(train_command(job, step, launcher), job.log, env, started)
+        if code == EXIT_INTERRUPTED or (code != 0 and stopping()):
+            return Outcome(job, "interrupted", did, time.perf_counter() - begin,
+                           "stopped by a signal; the next invocation resumes it from its checkpoint")
+        if code != 0 or not run_finished(job.folder):
+            return Outcome(job, "failed", did, time.perf_counter() - begin,
+                           f"training exited {code}" + ("" if (job.folder / FINAL_RESULTS).exists()
+                                                        else " before writing final_results.json"))
+    if job.evaluate is not None and not stopping():
+        code = _run_logged(evaluate_command(job), job.log, env, started)
+        if code != 0 or not job.eval_output.exists():
+            return Outcome(job, "interrupted" if stopping() else "failed", did, time.perf_counter() - begin,
+                           f"rlhf-recipes evaluate exited {code}")
+    elif job.evaluate is not None:
+        return Outcome(job, "interrupted", did, time.perf_counter() - begin, "stopped before its evaluation")
+    return Outcome(job, "finished", did, time.perf_counter() - begin)
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids a worker can be pinned to: CUDA_VISIBLE_DEVICES, else nvidia-smi's list; none on a CPU machine."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g for g in given.split(",") if g.strip()]
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(listed.splitlines()) if line.startswith("GPU ")]
+
+
+def default_workers(jobs: int) -> int:
+    """One run per GPU where there are GPUs; else one per core (each run then gets one thread)."""
+    return max(1, min(jobs, len(visible_gpus()) or os.cpu_count() or 1))
+
+
+class Executor:
+    """Runs jobs W at a time (module docstring); `on_finish(outcome)` is called in this thread as each ends."""
+
+    def __init__(self, workers: int, launcher: str | None = None, title: str = "runs", overwrite: bool = False):
+        if workers < 1:
+            raise RecipeError(f"--workers: expected a number of worker processes >= 1, got {workers}")
+        self.workers, self.launcher, self.title, self.overwrite = workers, launcher, title, overwrite
+        self._running: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def _env(self, slot: int, gpus: list[str]) -> dict[str, str]:
+        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        if gpus and self.workers > 1 and self.launcher is None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+        return env
+
+    def _signal(self, signum, frame) -> None:
+        if self._stop.is_set():  # a second Ctrl-C: stop at once, as the runner does
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self._stop.set()
+        print(f"\n{signal.Signals(signum).name}: asking {len(self._running)} running run(s) to save a checkpoint "
+              "and stop; the same command again resumes them", file=sys.stderr)
+        with self._lock:
+            for proc in self._running.values():
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def run(self, jobs: list[Job], on_finish: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
+        from rlhf_recipes.tools.sweep.progress import Progress
+
+        gpus = visible_gpus()
+        slots = list(range(self.workers))
+        slot_lock = threading.Lock()
+        progress = Progress(jobs, self.workers, self.title)
+
+        def work(job: Job) -> Outcome:
+            if self._stop.is_set():
+                return Outcome(job, "interrupted", "nothing", 0.0, "not started: the sweep was stopped")
+            if next_step(job, self.overwrite) == "done":
+                return Outcome(job, "finished", "nothing")
+            with slot_lock:
+                slot = slots.pop()
+            progress.start(job)
+
+            def started(proc):
+                with self._lock:
+                    if proc is None:
+                        self._running.pop(slot, None)
+                    else:
+                        self._running[slot] = proc
+
+            try:
+                return run_one(job, self.launcher, self._env(slot, gpus), started, self._stop.is_set, self.overwrite)
+            except Exception as e:  # noqa: BLE001  (a folder we cannot read or write: this run fails, others go on)
+                return Outcome(job, "failed", "nothing", 0.0, f"{type(e).__name__}: {e}")
+            finally:
+                with slot_lock:
+                    slots.append(slot)
+
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        outcomes: list[Outcome] = []
+        try:
+            with progress, ThreadPoolExecutor(max_workers=self.workers) as pool:
+                pending = {pool.submit(work, job) for job in jobs}
+                while pending:
+                    done = {f for f in pending if f.done()}
+                    for future in done:
+                        outcome = future.result()
+                        outcomes.append(outcome)
+                        progress.finish(outcome)
+                        on_finish(outcome)
+                    pending -= done
+                    progress.refresh()
+                    time.sleep(0.2 if pending else 0)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        order = {job: i for i, job in enumerate(jobs)}
+        return sorted(outcomes, key=lambda o: order[o.job])
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()

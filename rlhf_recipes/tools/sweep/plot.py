@@ -1,0 +1,96 @@
+"""sweep.png: the key metric against the swept value, and each cell's curves as a mean over seeds with a band."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def running_mean(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+            for i in range(len(values))]
+
+
+def seed_band(per_seed: dict[int, list[tuple]], smooth: int = 1) -> tuple[list[int], list[float], list[float],
+                                                                           list[float]]:
+    """(steps, mean, min, max) over seeds at the steps every seed logged (each seed smoothed first)."""
+    series = {s: dict(zip([p[0] for p in pts], running_mean([p[1] for p in pts], smooth)))
+              for s, pts in per_seed.items()}
+    steps = sorted(set.intersection(*(set(v) for v in series.values()))) if series else []
+    values = [[series[s][t] for s in series] for t in steps]
+    return (steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values])
+
+
+def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from rlhf_recipes.tools.sweep.report import curves
+
+    key, grid = report["key_metric"], report["sweep"]["grid"]
+    training = report["training_metric"]
+    heldout_curve = f"eval/{key.split('/', 1)[1]}" if key and "/" in key else None
+    train_curves = curves(sweep_dir, report["runs"], training)
+    eval_curves = curves(sweep_dir, report["runs"], heldout_curve) if heldout_curve else {}
+    panels = 2 + bool(eval_curves)
+    fig, axes = plt.subplots(1, panels, figsize=(6.2 * panels, 4.8))
+
+    # 1. The key metric against the first swept key; a line per combination of the other keys.
+    axis = axes[0]
+    first = next(iter(grid), None)
+    xs = grid[first] if first else ["default"]
+    groups: dict[str, list[dict]] = {}
+    for cell in report["cells"]:
+        rest = ",".join(f"{k}={v}" for k, v in cell["params"].items() if k != first)
+        groups.setdefault(rest, []).append(cell)
+    for n, (rest, cells) in enumerate(groups.items()):
+        offset = (n - (len(groups) - 1) / 2) * 0.08  # side by side, not on top of each other
+        points = []
+        for cell in cells:
+            stats = cell["metrics"].get(key)
+            if not stats:
+                continue
+            x = xs.index(cell["params"][first]) if first else 0
+            seeds = list(stats["per_seed"].values())
+            axis.scatter([x + offset] * len(seeds), seeds, s=14, alpha=0.45, color=f"C{n}",
+                         label="each seed" if not points and n == 0 else None)
+            points.append((x + offset, stats))
+        points.sort(key=lambda p: p[0])
+        if points:
+            mean = [p[1]["mean"] for p in points]
+            low = [p[1]["mean"] - p[1]["low"] if p[1]["low"] is not None else 0 for p in points]
+            high = [p[1]["high"] - p[1]["mean"] if p[1]["high"] is not None else 0 for p in points]
+            axis.errorbar([p[0] for p in points], mean, yerr=[low, high], marker="o", capsize=4, color=f"C{n}",
+                          label=(rest or "mean") + " (95% interval over seeds)")
+    axis.set_xticks(range(len(xs)), xs)
+    meaning = {"gain": "\n(evaluated minus baseline, same held-out problems)", "heldout": "\n(held-out evaluation)",
+               "final": "\n(last logged training value)"}.get((key or "").split("/")[0], "")
+    axis.set(xlabel=first or "cell", ylabel=(key or "no finished run") + meaning, title=f"{key} by cell")
+    if key and key.startswith("gain/"):
+        axis.axhline(0, color="grey", lw=0.8, ls="--")
+
+    # 2-3. Curves: the training metric (running mean of 10 logs) and the periodic held-out metric, per cell.
+    for axis, data, metric, smooth in ((axes[1], train_curves, training, 10),
+                                       *(((axes[2], eval_curves, heldout_curve, 1),) if eval_curves else ())):
+        for n, (cell, per_seed) in enumerate(data.items()):
+            steps, mean, low, high = seed_band(per_seed, smooth)
+            band = "; band: min to max" if len(per_seed) > 1 else ""
+            axis.plot(steps, mean, color=f"C{n % 10}", label=f"{cell} (mean of {len(per_seed)} seeds{band})")
+            if len(per_seed) > 1:
+                axis.fill_between(steps, low, high, color=f"C{n % 10}", alpha=0.18)
+        axis.set(xlabel="optimizer step", ylabel=metric + ("\n(running mean of 10 logs)" if smooth > 1 else ""),
+                 title="training curve" if smooth > 1 else "periodic held-out evaluation")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7)
+    sweep = report["sweep"]
+    fig.suptitle(f"sweep: {Path(sweep['recipe']).name}{' (' + sweep['profile'] + ')' if sweep['profile'] else ''}, "
+                 f"seeds {', '.join(map(str, sweep['seeds']))}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,207 @@
+"""A sweep's report, read from its run folders alone (so `--report` redraws it at any time, from any machine):
+
+  sweep.json  every run's final metrics and held-out evaluation; per cell, per metric: n, mean, seed std, the 95%
+              t interval over seeds and the per-seed values; every pair of cells' paired difference in the key
+              metric with its interval and whether it excludes zero; the runs that did not finish
+  sweep.txt   the same as tables (also printed)
+  sweep.png   the key metric against the swept value (seeds as dots, the mean with its interval), and the training
+              curve of each cell as a mean line with a band over seeds (min to max)
+Metric names: `heldout/<m>` (the evaluated model), `gain/<m>` (minus the baseline, same problems), `final/<m>` (the
+run's last logged training value).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from rlhf_recipes.json_safe import json_safe
+from rlhf_recipes.report import read_metrics
+from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
+from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
+
+STEM = "sweep"
+
+
+def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, Any]:
+    """One run's status and metrics, from its folder."""
+    folder = sweep_dir / run.relpath
+    record: dict[str, Any] = {"cell": run.cell, "params": run.params, "seed": run.seed, "folder": str(run.relpath),
+                              "log": f"{run.relpath}.log", "metrics": {}}
+    results_path = folder / "final_results.json"
+    if not results_path.exists():
+        record["status"] = "started" if (folder / "config.yaml").exists() else "not run"
+        return record
+    results = json.loads(results_path.read_text())
+    record["status"] = results.get("status", "finished")
+    record["wall_s"] = results.get("wall_seconds")
+    for key, value in (results.get("final_metrics") or {}).items():
+        record["metrics"][f"final/{key}"] = value
+    evaluation = folder / "eval" / f"{eval_name}.json"
+    if evaluation.exists():
+        result = json.loads(evaluation.read_text())
+        for key, value in (result.get("metrics") or {}).items():
+            record["metrics"][f"heldout/{key}"] = value
+        for key, diff in (result.get("difference") or {}).items():
+            if diff and diff.get("value") is not None:
+                record["metrics"][f"gain/{key}"] = diff["value"]
+        record["heldout_order"] = list(result.get("metrics") or {})
+    return record
+
+
+def key_metric(spec: SweepSpec, records: list[dict[str, Any]]) -> str | None:
+    """The metric the report ranks: the sweep's `metric` (bare names prefer gain/, heldout/, final/), else the
+    family's first held-out metric's gain, else the evaluation's first metric's gain, else a key training metric."""
+    present = {m for r in records for m in r["metrics"]}
+    if spec.metric:
+        for name in (spec.metric, f"gain/{spec.metric}", f"heldout/{spec.metric}", f"final/{spec.metric}"):
+            if name in present:
+                return name
+        return spec.metric  # not logged (yet): the report says so
+    from rlhf_recipes.registry import family_of
+
+    recipe = spec.recipe_of()
+    evaluated = next((r["heldout_order"] for r in records if r.get("heldout_order")), [])
+    for m in (*family_of(recipe.algorithm).nano_book_heldout, *evaluated):
+        if f"gain/{m}" in present:
+            return f"gain/{m}"
+    return next((f"final/{m}" for m in (*recipe.algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
+
+
+def training_metric(spec: SweepSpec) -> str:
+    from rlhf_recipes.registry import family_of
+
+    recipe = spec.recipe_of()
+    return family_of(recipe.algorithm).nano_book_training or next(iter(recipe.algorithm.key_metrics), "loss")
+
+
+def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
+    """Cells (ranked by the key metric's mean) with every metric's seed statistics, and every pair's difference."""
+    cells: dict[str, dict[str, Any]] = {}
+    for r in records:
+        cell = cells.setdefault(r["cell"], {"cell": r["cell"], "params": r["params"], "per_seed": {}})
+        if r["status"] == "finished":
+            for name, value in r["metrics"].items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    cell["per_seed"].setdefault(name, {})[r["seed"]] = float(value)
+    for cell in cells.values():
+        per_seed = cell.pop("per_seed")
+        cell["metrics"] = {name: {**seed_interval(list(values.values())), "per_seed": values}
+                           for name, values in sorted(per_seed.items())}
+        cell["seeds_finished"] = sorted(per_seed.get(key, {})) if key else []
+    sign = -1 if goal == "minimize" else 1
+    ranked = sorted(cells.values(), key=lambda c: (c["metrics"].get(key, {}).get("mean") is None,
+                                                   -sign * (c["metrics"].get(key, {}).get("mean") or 0.0)))
+    pairs = []
+    for a, b in combinations(ranked, 2):
+        if key in a["metrics"] and key in b["metrics"]:
+            pairs.append({"a": a["cell"], "b": b["cell"], "metric": key,
+                          **paired_difference(a["metrics"][key]["per_seed"], b["metrics"][key]["per_seed"])})
+    return {"cells": ranked, "pairs": pairs}
+
+
+def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
+    records = [run_record(sweep_dir, run) for run in spec.runs()]
+    key = key_metric(spec, records)
+    goal = spec.goal
+    summary = aggregate(spec, records, key, goal)
+    seeds = max((len(c["seeds_finished"]) for c in summary["cells"]), default=0)
+    return {
+        "what": "a controlled experiment: every cell of the grid x every seed is one run of the runner",
+        "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
+                  "overrides": spec.overrides, "source": spec.source},
+        "key_metric": key, "goal": goal, "training_metric": training_metric(spec),
+        "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); pairs: paired "
+                                   "t interval of the difference over the seeds both cells finished",
+                       "seeds_per_cell": seeds, "warning": few_seeds_warning(seeds)},
+        **summary,
+        "runs": records,
+        "not_finished": [{"run": r["folder"], "status": r["status"], "log": r["log"]}
+                         for r in records if r["status"] != "finished"],
+    }
+
+
+def _num(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def _interval(stats: dict[str, Any], signed: bool = False) -> str:
+    if stats.get("low") is None:
+        return _num(stats.get("mean"), signed)
+    return f"{_num(stats['mean'], signed)} [{_num(stats['low'], signed)}, {_num(stats['high'], signed)}]"
+
+
+def tables(report: dict[str, Any]):
+    """(cells table, pairs table) as rich Tables."""
+    from rich.table import Table
+
+    key = report["key_metric"]
+    heldout = sorted({m for c in report["cells"] for m in c["metrics"] if m.startswith("heldout/") and
+                      f"gain/{m.removeprefix('heldout/')}" != key})[:3]
+    cells = Table(title=f"sweep of {Path(report['sweep']['recipe']).name}"
+                        f"{' --profile ' + report['sweep']['profile'] if report['sweep']['profile'] else ''}: "
+                        f"{key} ({report['goal']}), mean [95% interval over seeds]")
+    for column in ("rank", "cell", "seeds", f"{key}\nmean [95%]", "seed std", "per seed", *heldout):
+        cells.add_column(column, justify="left" if column in ("cell", "per seed") else "right")
+    signed = bool(key and key.startswith("gain/"))
+    for rank, cell in enumerate(report["cells"], 1):
+        stats = cell["metrics"].get(key, {})
+        per_seed = ", ".join(f"{s}: {_num(v, signed)}" for s, v in (stats.get("per_seed") or {}).items())
+        cells.add_row(str(rank), cell["cell"], str(stats.get("n", 0)), _interval(stats, signed),
+                      _num(stats.get("std")), per_seed or "-",
+                      *(_interval(cell["metrics"].get(m, {})) for m in heldout))
+    pairs = Table(title=f"differences in {key} between cells (paired over common seeds)")
+    for column in ("a", "b", "a - b [95%]", "seeds", "excludes 0"):
+        pairs.add_column(column, justify="left" if column in ("a", "b") else "right")
+    for p in report["pairs"]:
+        diff = {"mean": p["difference"], "low": p["low"], "high": p["high"]}
+        pairs.add_row(p["a"], p["b"], _interval(diff, True), str(len(p["seeds"])),
+                      "yes" if p["excludes_zero"] else ("-" if p["low"] is None else "no"))
+    return cells, pairs
+
+
+def text(report: dict[str, Any]) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=160, file=io.StringIO())  # recorded, not shown
+    cells, pairs = tables(report)
+    console.print(cells)
+    if report["pairs"]:
+        console.print(pairs)
+    if report["statistics"]["warning"]:
+        console.print(f"Note: {report['statistics']['warning']}.")
+    for r in report["not_finished"]:
+        console.print(f"not finished: {r['run']} ({r['status']}); log: {r['log']}")
+    return console.export_text()
+
+
+def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
+    """sweep.json, sweep.txt and sweep.png in the sweep's folder; returns the report."""
+    from rlhf_recipes.tools.sweep.plot import plot
+
+    report = build(spec, sweep_dir)
+    (sweep_dir / f"{STEM}.json").write_text(json.dumps(json_safe(report), indent=2) + "\n", encoding="utf-8")
+    (sweep_dir / f"{STEM}.txt").write_text(text(report), encoding="utf-8")
+    plot(report, sweep_dir, sweep_dir / f"{STEM}.png")
+    return report
+
+
+def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:
+    """cell -> seed -> [(step, value)] of a metric logged in metrics.jsonl (finished runs)."""
+    out: dict[str, dict[int, list[tuple]]] = {}
+    for r in records:
+        if r["status"] != "finished":
+            continue
+        rows = read_metrics(sweep_dir / r["folder"] / "metrics.jsonl")
+        points = [(row["step"], row[metric]) for row in rows if isinstance(row.get(metric), (int, float))]
+        if points:
+            out.setdefault(r["cell"], {})[r["seed"]] = points
+    return out
+
+
+__all__ = ["build", "write", "text", "tables", "aggregate", "curves", "key_metric"]

@@ -1,0 +1,286 @@
+"""`rlhf-recipes sweep` without training: the statistics against hand computations, cells and seeds, sweep files,
+bad inputs (one line, exit 2, nothing written), what the executor does with each state of a run folder, the lock,
+a failing run, and the report's numbers on made-up results."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlhf_recipes.checkpoints import write_manifest
+from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.tools.sweep import report, spec, state
+from rlhf_recipes.tools.sweep.executor import Executor, Job, next_step, train_command
+from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+DPO = str(RECIPES / "dpo.yaml")
+
+
+# --- statistics ----------------------------------------------------------------------------------------------
+
+
+def test_seed_interval_is_the_t_interval_computed_by_hand():
+    # [1, 2, 3]: mean 2, sample std 1, t(0.975, df 2) = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
+    out = seed_interval([1.0, 2.0, 3.0])
+    assert out["n"] == 3 and out["mean"] == pytest.approx(2.0) and out["std"] == pytest.approx(1.0)
+    assert out["low"] == pytest.approx(2 - 2.484138, abs=1e-6) and out["high"] == pytest.approx(2 + 2.484138, abs=1e-6)
+    # two seeds: t(0.975, 1) = 12.7062; [0.4, 0.6]: mean 0.5, std 0.141421, half 12.7062 * 0.1 = 1.27062
+    two = seed_interval([0.4, 0.6])
+    assert two["low"] == pytest.approx(0.5 - 1.270620, abs=1e-5)
+    one = seed_interval([0.7])
+    assert one["mean"] == 0.7 and one["std"] is None and one["low"] is None
+    same = seed_interval([0.5, 0.5, 0.5])
+    assert same["low"] == same["high"] == 0.5
+    assert seed_interval([])["mean"] is None
+
+
+def test_paired_difference_uses_common_seeds_only():
+    a = {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.9}
+    b = {0: 0.1, 1: 0.3, 2: 0.2}  # seed 3 missing in b: left out of the pairing
+    out = paired_difference(a, b)
+    diffs = [0.4, 0.3, 0.5]  # mean 0.4, std 0.1, half 4.302653 * 0.1 / sqrt(3) = 0.248414
+    assert out["seeds"] == [0, 1, 2] and out["difference"] == pytest.approx(sum(diffs) / 3)
+    assert out["low"] == pytest.approx(0.4 - 0.248414, abs=1e-6) and out["excludes_zero"] is True
+    noisy = paired_difference({0: 0.1, 1: 0.9}, {0: 0.5, 1: 0.4})
+    assert noisy["excludes_zero"] is False and noisy["low"] < 0 < noisy["high"]
+    assert paired_difference({0: 1.0}, {0: 0.0})["excludes_zero"] is False  # one seed: no interval, no claim
+
+
+def test_few_seeds_are_called_what_they_are():
+    assert "12.7" in few_seeds_warning(2) and "5 or more" in few_seeds_warning(3)
+    assert "no interval" in few_seeds_warning(1) and few_seeds_warning(5) is None
+
+
+# --- what a sweep is -----------------------------------------------------------------------------------------
+
+
+def test_cells_seeds_and_each_runs_arguments():
+    s = spec.SweepSpec(recipe=DPO, profile="tiny", grid=spec.parse_grid(["beta=0.05,0.1", "learning_rate=1e-6,2e-6"]),
+                       seeds=spec.parse_seeds(2, 5), overrides=["--max_steps", "3"])
+    runs = s.runs()
+    assert len(runs) == 8 and {r.seed for r in runs} == {5, 6}
+    assert [r.cell for r in runs[::2]] == ["beta=0.05,learning_rate=1e-6", "beta=0.05,learning_rate=2e-6",
+                                           "beta=0.1,learning_rate=1e-6", "beta=0.1,learning_rate=2e-6"]
+    assert str(runs[1].relpath) == "beta=0.05,learning_rate=1e-6/seed-6"
+    assert s.train_args(runs[1]) == [DPO, "--profile", "tiny", "--max_steps", "3", "--beta", "0.05",
+                                     "--learning_rate", "1e-6", "--seed", "6"]
+    assert spec.SweepSpec(recipe=DPO, seeds=[0, 1]).runs()[1].relpath == Path("default/seed-1")
+    assert spec.cell_name({"data_files": "a/b c.jsonl"}) == "data_files=a_b_c.jsonl"
+
+
+def test_a_wandb_grid_sweep_file_is_read(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"""program: recipes/run.py
+method: grid
+recipe: {DPO}
+profile: tiny
+metric: {{name: implicit_accuracy, goal: maximize}}
+parameters:
+  beta: {{values: [0.05, 0.1]}}
+  seed: {{values: [3, 4]}}
+  max_steps: {{value: 2}}
+  reward_weights: {{value: [1.0, 0.5]}}
+""")
+    s = spec.from_file(str(path))
+    assert s.grid == {"beta": ["0.05", "0.1"]} and s.seeds == [3, 4] and s.profile == "tiny"
+    assert s.overrides == ["--max_steps", "2", "--reward_weights", "[1.0, 0.5]"] and s.metric == "implicit_accuracy"
+    # the recipe may come from wandb's `command` instead
+    path.write_text(f"method: grid\ncommand: [python, recipes/run.py, {DPO}, '${{args}}']\n"
+                    "parameters: {beta: {values: [0.1]}}\nseeds: 2\n")
+    assert spec.from_file(str(path)).recipe == DPO and spec.from_file(str(path)).seeds == [0, 1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("method: random\nrecipe: R\nparameters: {beta: {values: [0.1]}}", "only grid sweeps"),
+    ("recipe: R\nparameters: {beta: {min: 0.01, max: 0.5}}", "needs `values: [...]` or `value: X`"),
+    ("recipe: R\nparamters: {beta: {values: [0.1]}}", "Did you mean `parameters`?"),
+    ("recipe: R\nearly_terminate: {type: hyperband}\nparameters: {beta: {values: [0.1]}}", "runs to its end"),
+    ("parameters: {beta: {values: [0.1]}}", "no recipe"),
+    ("recipe: R\nparameters: {beta: {values: []}}", "non-empty list"),
+    ("recipe: R\nparameters: {seed: {values: [1.5]}}", "seeds must be integers"),
+    ("recipe: R\nparameters: {output_dir: {value: x}}", "use --out DIR"),
+    ("recipe: R\nparameters: [beta]", "must map each key"),
+])
+def test_bad_sweep_files_are_named(tmp_path, text, message):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text.replace("recipe: R", f"recipe: {DPO}"))
+    with pytest.raises(RecipeError) as error:
+        spec.from_file(str(path))
+    assert message in str(error.value) and str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "betta=0.1,0.2"], "Did you mean `beta`?"),
+    (["--grid", "beta=abc"], "cell beta=abc: command line: `beta` must be"),
+    (["--grid", "learning_rate=-1"], "learning_rate"),
+    (["--grid", "beta="], "empty value"),
+    (["--grid", "beta=0.1,,0.2"], "empty value"),
+    (["--grid", "beta"], "expected KEY=V1,V2"),
+    (["--grid", "beta=0.1", "--grid", "beta=0.2"], "swept twice"),
+    (["--grid", "seed=1,2"], "use --seeds N"),
+    (["--seeds", "0"], "number of seeds >= 1"),
+    (["--first_seed", "4294967295", "--seeds", "2"], "must lie in 0..4294967295"),
+    (["--workers", "0"], "--workers: expected"),
+    (["--max_stepz", "3"], "Did you mean `max_steps`?"),
+])
+def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, argv, message):
+    from rlhf_recipes.tools.sweep.cli import main
+
+    out = tmp_path / "sweep"
+    assert main([DPO, "--profile", "tiny", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and message in err, err
+    assert not out.exists()
+
+
+def test_unreadable_targets_are_named(tmp_path, capsys):
+    from rlhf_recipes.tools.sweep.cli import main
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("parameters: [unclosed\n")
+    for target, message in ((tmp_path / "missing.yaml", "no such recipe file"), (broken, "not valid YAML"),
+                            (tmp_path, "not a sweep folder")):
+        assert main([str(target)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and str(target) in err
+
+
+# --- the executor's bookkeeping -------------------------------------------------------------------------------
+
+
+def _fake_run(folder: Path, status: str | None = "finished", evaluated: bool = False,
+              checkpoint: bool = False, metrics: dict | None = None, gains: dict | None = None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("algorithm: dpo\n")
+    if checkpoint:
+        (folder / "checkpoint-2").mkdir()
+        (folder / "checkpoint-2" / "model.safetensors").write_bytes(b"x" * 10)
+        write_manifest(folder / "checkpoint-2", 2)
+    if status is not None:
+        (folder / "final_results.json").write_text(json.dumps({"status": status, "wall_seconds": 1.5,
+                                                               "final_metrics": metrics or {"loss": 0.5}}))
+    if evaluated:
+        (folder / "eval").mkdir()
+        gains = gains or {}
+        (folder / "eval" / "sweep.json").write_text(json.dumps({
+            "metrics": {m: 0.5 + g for m, g in gains.items()},
+            "difference": {m: {"value": g, "low": g - 0.1, "high": g + 0.1} for m, g in gains.items()}}))
+
+
+def test_each_folder_state_gets_its_step(tmp_path):
+    def job(name, evaluate=("--batch_size", "50")):
+        return Job(name, tmp_path / name, (DPO, "--profile", "tiny"), evaluate)
+
+    _fake_run(tmp_path / "done", evaluated=True)
+    _fake_run(tmp_path / "unevaluated")
+    _fake_run(tmp_path / "killed", status=None)
+    _fake_run(tmp_path / "interrupted", status="interrupted", checkpoint=True)
+    _fake_run(tmp_path / "failed", status="failed")
+    assert next_step(job("done")) == "done" and next_step(job("unevaluated")) == "evaluate"
+    assert next_step(job("unevaluated", evaluate=None)) == "done"  # no evaluation asked
+    assert next_step(job("killed")) == "restart" and next_step(job("failed")) == "restart"
+    assert next_step(job("interrupted")) == "resume" and next_step(job("new")) == "train"
+    assert next_step(job("done"), overwrite=True) == "restart"
+    assert train_command(job("interrupted"), "resume")[-1] == "--resume"
+    assert train_command(job("killed"), "restart")[-1] == "--overwrite"
+    assert train_command(job("new"), "train", "accelerate launch --num_processes 2")[:4] == [
+        "accelerate", "launch", "--num_processes", "2"]
+
+
+def test_a_failing_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_path):
+    """One job whose recipe does not exist (the runner exits 2), one already done: both are reported, the done
+    one is not run again, and the failed one's log holds the runner's message."""
+    _fake_run(tmp_path / "cell" / "seed-0", evaluated=True)
+    done = Job("done", tmp_path / "cell" / "seed-0", (DPO,), ("--batch_size", "50"))
+    broken = Job("broken", tmp_path / "cell" / "seed-1", (str(tmp_path / "nope.yaml"), "--profile", "tiny"))
+    before = (done.folder / "final_results.json").stat().st_mtime_ns
+    outcomes = Executor(workers=2).run([broken, done])
+    assert [o.status for o in outcomes] == ["failed", "finished"] and outcomes[1].did == "nothing"
+    assert "exited 2" in outcomes[0].error and "no such recipe file" in broken.log.read_text()
+    assert (done.folder / "final_results.json").stat().st_mtime_ns == before
+
+
+def test_a_second_sweep_into_a_running_folder_is_refused_with_who_holds_it(tmp_path, capsys):
+    """A real second process holds the folder's lock; the sweep says who and exits 2 without touching it."""
+    from rlhf_recipes.tools.sweep.cli import main
+
+    out = tmp_path / "sweep"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from rlhf_recipes.tools.sweep.state import SweepLock\n"
+        f"with SweepLock(Path({str(out)!r})):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main([DPO, "--profile", "tiny", "--out", str(out), "--grid", "beta=0.1", "--no-evaluate"]) == 2
+        err = capsys.readouterr().err
+        assert "another sweep is writing into this folder" in err and f"pid {holder.pid}" in err
+        assert not (out / "beta=0.1").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with state.SweepLock(out):  # the holder is gone: the lock is free again
+        pass
+
+
+def test_another_sweep_in_the_same_folder_is_refused_but_wider_grids_and_seeds_merge(tmp_path):
+    base = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0])
+    state.save(base, tmp_path)
+    wider = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.2", "0.1"]}, seeds=[0, 1])
+    merged = state.merged(wider, tmp_path, overwrite=False)
+    assert merged.grid == {"beta": ["0.1", "0.2"]} and merged.seeds == [0, 1]
+    other = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0], overrides=["--max_steps", "9"])
+    with pytest.raises(RecipeError, match="holds another sweep .*overrides"):
+        state.merged(other, tmp_path, overwrite=False)
+    assert state.merged(other, tmp_path, overwrite=True) is other
+
+
+# --- the report on made-up results ----------------------------------------------------------------------------
+
+
+def test_report_numbers_match_a_hand_computation(tmp_path):
+    """Two cells x three seeds of made-up gains; one run of a third seed failed. The report's means, stds, intervals,
+    ranking and paired difference are the hand-computed ones, and the failed run is listed with its log."""
+    s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1", "0.5"]}, seeds=[0, 1, 2])
+    gains = {"0.1": [0.10, 0.20, 0.30], "0.5": [0.30, 0.35, 0.40]}
+    for value, per_seed in gains.items():
+        for seed, gain in enumerate(per_seed):
+            status = "failed" if (value, seed) == ("0.1", 2) else "finished"
+            _fake_run(tmp_path / f"beta={value}" / f"seed-{seed}", status=status, evaluated=True,
+                      gains={"implicit_accuracy": gain}, metrics={"loss": 1.0 - gain})
+    result = report.build(s, tmp_path)
+    assert result["key_metric"] == "gain/implicit_accuracy"
+    best, worst = result["cells"]
+    assert best["cell"] == "beta=0.5" and worst["cell"] == "beta=0.1"
+    stats = best["metrics"]["gain/implicit_accuracy"]
+    assert stats["mean"] == pytest.approx(0.35) and stats["std"] == pytest.approx(0.05)
+    assert stats["high"] - stats["mean"] == pytest.approx(4.302653 * 0.05 / math.sqrt(3), abs=1e-6)
+    assert worst["metrics"]["gain/implicit_accuracy"]["per_seed"] == {0: 0.10, 1: 0.20}  # the failed seed is out
+    assert worst["metrics"]["final/loss"]["mean"] == pytest.approx(0.85)
+    (pair,) = result["pairs"]  # seeds 0 and 1 in both: differences 0.20, 0.15 -> mean 0.175, std 0.035355
+    assert pair["seeds"] == [0, 1] and pair["difference"] == pytest.approx(0.175)
+    assert pair["high"] - pair["difference"] == pytest.approx(12.706205 * 0.0353553 / math.sqrt(2), abs=1e-5)
+    assert pair["excludes_zero"] is False
+    assert result["not_finished"] == [{"run": "beta=0.1/seed-2", "status": "failed", "log": "beta=0.1/seed-2.log"}]
+    assert result["statistics"]["warning"].startswith("3 seeds per cell")
+    text = report.text(result)
+    assert "beta=0.5" in text and "0: +0.3, 1: +0.35, 2: +0.4" in text and "not finished: beta=0.1/seed-2" in text
+    report.write(s, tmp_path)
+    assert json.loads((tmp_path / "sweep.json").read_text())["cells"][0]["cell"] == "beta=0.5"
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+
+
+def test_report_mode_redraws_a_sweep_folder(tmp_path, capsys):
+    from rlhf_recipes.tools.sweep.cli import main
+
+    s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1])
+    state.save(s, tmp_path)
+    for seed in (0, 1):
+        _fake_run(tmp_path / "beta=0.1" / f"seed-{seed}", evaluated=True, gains={"implicit_accuracy": 0.1 * seed})
+    assert main([str(tmp_path), "--report"]) == 0
+    assert "0: +0, 1: +0.1" in capsys.readouterr().out and (tmp_path / "sweep.txt").exists()
