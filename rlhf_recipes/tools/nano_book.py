@@ -185,12 +185,14 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       "gain_interval": [gains["low"], gains["high"]], "gain_std": gains["std"],
                       "interval": "95% t interval over training seeds"}
 
-    def mean_curve(per_seed: list[list]) -> list[tuple[int, float]]:
-        steps, means, _, _ = seed_band(dict(enumerate(per_seed)))
-        return list(zip(steps, means))
+    def band(per_seed: list[list]) -> dict[str, list]:
+        steps, means, low, high = seed_band(dict(enumerate(per_seed)))
+        return {"mean": list(zip(steps, means)), "band": list(zip(steps, low, high))}
 
-    curves = {"heldout": {m: mean_curve([r["curves"]["heldout"][m] for r in rows]) for m in metrics},
-              "training": mean_curve([r["curves"]["training"] for r in rows])}
+    heldout = {m: band([r["curves"]["heldout"][m] for r in rows]) for m in metrics}
+    training = band([r["curves"]["training"] for r in rows])
+    curves = {"heldout": {m: v["mean"] for m, v in heldout.items()}, "training": training["mean"],
+              "bands": {"heldout": {m: v["band"] for m, v in heldout.items()}, "training": training["band"]}}
     return {"algorithm": rows[0]["algorithm"], "seeds": len(rows), "wall_s": sum(r["wall_s"] for r in rows),
             "metrics": metrics, "learns": all(v["gain_interval"][0] is not None and v["gain_interval"][0] > 0
                                               for v in metrics.values()),
@@ -218,10 +220,14 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
         for axis, metric in zip(axes, heldout):
             scale = 100 if _label(metric)[2] else 1
             points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
-            label = row["algorithm"] + (f" (mean of {row['seeds']} seeds)" if row.get("seeds") else "")
+            label = row["algorithm"] + (f" (mean of {row['seeds']} seeds, band min-max)" if row.get("seeds") else "")
             line, = axis.plot([p[0] for p in points], [scale * p[1] for p in points], marker="o", markersize=3,
                               color=color, label=label)
             color = line.get_color()
+            band = row["curves"].get("bands", {}).get("heldout", {}).get(metric)
+            if band:  # over seeds: min to max
+                axis.fill_between([b[0] for b in band], [scale * b[1] for b in band], [scale * b[2] for b in band],
+                                  color=color, alpha=0.15)
         training_points = row["curves"]["training"]
         axes[-1].plot([p[0] for p in training_points], running_mean([p[1] for p in training_points], 10),
                       color=color, label=row["algorithm"])
@@ -274,14 +280,20 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY):
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    args = parse(sys.argv[1:] if argv is None else argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    from rlhf_recipes.config import RecipeError
     from rlhf_recipes.nano import nano_model_path
+    from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
 
-    base = nano_model_path()  # built once, before the runs (each would otherwise wait on the build's lock)
-    from rlhf_recipes.tools.sweep.executor import Executor, default_workers
-
+    args = parse(sys.argv[1:] if argv is None else argv)
     todo = jobs(args)
+    try:
+        for job in [] if args.overwrite else todo:
+            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = nano_model_path()  # built once, before the runs (each would otherwise wait on the build's lock)
     executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite, title="nano-book")
     outcomes = executor.run(todo, on_finish=record_wall)
     failed = [o for o in outcomes if o.status != "finished"]

@@ -104,13 +104,16 @@ def evaluate_command(job: Job) -> list[str]:
 
 
 def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
-                started: Callable[[subprocess.Popen | None], None]) -> int:
+                started: Callable[[subprocess.Popen | None], None] | None) -> int:
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"\n$ {shlex.join(command)}   # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         out.flush()
-        # A session of its own: Ctrl-C in the terminal reaches the executor, which forwards ONE signal (a second
-        # one would skip the run's checkpoint save).
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Under the Executor (`started` given) a session of its own: Ctrl-C in the terminal reaches the executor,
+        # which forwards ONE signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a
+        # SLURM task) the run stays in the caller's process group and gets the terminal's or scheduler's signals.
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=started is not None)
+        started = started or (lambda proc: None)
         started(proc)
         try:
             return proc.wait()
@@ -119,7 +122,7 @@ def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
 
 
 def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = None,
-            started: Callable[[subprocess.Popen | None], None] = lambda proc: None,
+            started: Callable[[subprocess.Popen | None], None] | None = None,
             stopping: Callable[[], bool] = lambda: False, overwrite: bool = False) -> Outcome:
     """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why."""
     begin = time.perf_counter()
@@ -221,6 +224,8 @@ class Executor:
                         self._running.pop(slot, None)
                     else:
                         self._running[slot] = proc
+                        if self._stop.is_set():  # the signal came while this run was starting
+                            proc.send_signal(signal.SIGTERM)
 
             try:
                 return run_one(job, self.launcher, self._env(slot, gpus), started, self._stop.is_set, self.overwrite)

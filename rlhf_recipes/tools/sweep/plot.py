@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.report import read_metrics
+
 
 def running_mean(values: list[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
@@ -21,14 +23,25 @@ def seed_band(per_seed: dict[int, list[tuple]], smooth: int = 1) -> tuple[list[i
     return (steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values])
 
 
+def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:
+    """cell -> seed -> [(step, value)] of a metric logged in metrics.jsonl (finished runs)."""
+    out: dict[str, dict[int, list[tuple]]] = {}
+    for r in records:
+        if r["status"] != "finished":
+            continue
+        rows = read_metrics(sweep_dir / r["folder"] / "metrics.jsonl")
+        points = [(row["step"], row[metric]) for row in rows if isinstance(row.get(metric), (int, float))]
+        if points:
+            out.setdefault(r["cell"], {})[r["seed"]] = points
+    return out
+
+
 def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-
-    from rlhf_recipes.tools.sweep.report import curves
 
     key, grid = report["key_metric"], report["sweep"]["grid"]
     training = report["training_metric"]

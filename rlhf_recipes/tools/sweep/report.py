@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.json_safe import json_safe
-from rlhf_recipes.report import read_metrics
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
 from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
 
@@ -191,17 +190,4 @@ def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
     return report
 
 
-def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:
-    """cell -> seed -> [(step, value)] of a metric logged in metrics.jsonl (finished runs)."""
-    out: dict[str, dict[int, list[tuple]]] = {}
-    for r in records:
-        if r["status"] != "finished":
-            continue
-        rows = read_metrics(sweep_dir / r["folder"] / "metrics.jsonl")
-        points = [(row["step"], row[metric]) for row in rows if isinstance(row.get(metric), (int, float))]
-        if points:
-            out.setdefault(r["cell"], {})[r["seed"]] = points
-    return out
-
-
-__all__ = ["build", "write", "text", "tables", "aggregate", "curves", "key_metric"]
+__all__ = ["build", "write", "text", "tables", "aggregate", "key_metric"]

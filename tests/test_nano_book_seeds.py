@@ -1,0 +1,66 @@
+"""nano-book over training seeds, on the sweep's executor: the seed aggregation and its `learns` rule on made-up
+numbers, and a real `nano-book --seeds 2` on two algorithms with a few steps each (2 workers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _row(gain: float, base: float = 0.2, steps: tuple = (5, 10)) -> dict:
+    return {"algorithm": "grpo", "run": "r", "wall_s": 10.0, "learns": gain > 0, "problems": 40,
+            "metrics": {"exact_match": {"base": base, "final": base + gain, "gain": gain,
+                                        "gain_interval": [gain - 0.05, gain + 0.05]}},
+            "curves": {"heldout": {"exact_match": [(s, base + gain * s / 10) for s in steps]},
+                       "training": [(s, 0.5 + gain) for s in steps]}}
+
+
+def test_seeds_are_combined_with_a_t_interval_and_learns_needs_it_above_zero():
+    from rlhf_recipes.tools.nano_book import over_seeds
+
+    # gains 0.10, 0.20, 0.30: mean 0.2, std 0.1, t(0.975, 2) 4.302653 -> [0.2 - 0.248414, 0.2 + 0.248414]
+    row = over_seeds([_row(0.10), _row(0.20), _row(0.30)])
+    m = row["metrics"]["exact_match"]
+    assert m["gain"] == pytest.approx(0.2) and m["gain_std"] == pytest.approx(0.1)
+    assert m["gain_interval"][0] == pytest.approx(0.2 - 0.248414, abs=1e-6)
+    assert row["learns"] is False  # every seed gained, but three seeds this spread do not exclude zero
+    assert row["seeds"] == 3 and len(row["per_seed"]) == 3 and row["wall_s"] == 30.0
+    assert over_seeds([_row(0.20), _row(0.22), _row(0.24)])["learns"] is True
+    assert over_seeds([_row(0.2)])["learns"] is False  # one seed: no interval over seeds, no claim
+    # curves: the mean over seeds at the steps every seed logged
+    uneven = over_seeds([_row(0.1), _row(0.3, steps=(5, 10, 15))])
+    assert [s for s, _ in uneven["curves"]["heldout"]["exact_match"]] == [5, 10]
+    assert uneven["curves"]["training"][0] == (5, pytest.approx(0.7))
+
+
+def test_nano_book_with_seeds_runs_each_algorithm_per_seed_on_the_executor(tmp_path, capsys):
+    """Two algorithms x two seeds, 2 workers, 6 steps each: every run in <out>/<algorithm>/seed-<s> with its seed,
+    its evaluation and its log beside it; the JSON keeps per algorithm `algorithm`, `learns` and each seed's numbers;
+    the same command again trains nothing."""
+    from rlhf_recipes.nano import nano_model_path
+    from rlhf_recipes.tools.nano_book import main
+
+    nano_model_path()  # the shared base (built once per machine, cached)
+    out = tmp_path / "book"
+    argv = ["--algorithms", "grpo,rloo", "--seeds", "2", "--workers", "2", "--max_steps", "6", "--eval_every", "3",
+            "--eval_problems", "8", "--num_problems", "24", "--out", str(out)]
+    assert main(argv) == 0
+    book = json.loads((out / "nano_book_policy_gradient.json").read_text())
+    assert [a["algorithm"] for a in book["algorithms"]] == ["grpo", "rloo"]
+    for row in book["algorithms"]:
+        assert isinstance(row["learns"], bool) and row["seeds"] == 2 and len(row["per_seed"]) == 2
+        gains = [s["metrics"]["exact_match"]["gain"] for s in row["per_seed"]]
+        assert row["metrics"]["exact_match"]["gain"] == pytest.approx(sum(gains) / 2)
+        for seed in (0, 1):
+            run = out / row["algorithm"] / f"seed-{seed}"
+            assert f"seed: {seed}\n" in (run / "config.yaml").read_text()
+            assert (run / "eval" / "nano_book.json").exists() and Path(f"{run}.log").exists()
+    assert "mean of 2 training seeds" in (out / "nano_book_policy_gradient_table.txt").read_text()
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/final_results.json")}
+    assert main(argv) == 0 and {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # Other settings into the same folder: refused before anything runs, naming the key (not silently reused).
+    longer = [*argv[:argv.index("--max_steps") + 1], "7", *argv[argv.index("--max_steps") + 2:]]
+    assert main(longer) == 2 and "max_steps" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
