@@ -106,7 +106,7 @@ class Gsm8kEvaluator(Evaluator):
         return [list(r["prompt"]) for r in problems], self.chat_template_kwargs(), self.max_new_tokens()
 
     def score(self, model, tokenizer) -> Scores:
-        from rlhf_recipes.evaluation.generation import generate, throughput
+        from rlhf_recipes.generation import generate, throughput
 
         problems, _ = self.data()
         stats: dict = {}

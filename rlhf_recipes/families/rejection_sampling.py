@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rewards.reward_model import RM_PREFIX
-from rlhf_recipes.evaluation.generation import generate
+from rlhf_recipes.generation import generate
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,161 @@
+"""Batched generation and scoring of completions: what every held-out evaluation of a policy runs, and what the
+data builders that sample a saved model run (data/sampled_rollouts.py). A ground-floor module: it imports nothing
+of the project, so data/ and evaluation/ both lean on it without data/ reaching up into evaluation/.
+
+generate          n completions per chat (greedy, or sampled with the given settings), left-padded batches
+                  under a tqdm bar, the model's own end tokens; each completion with its text, its token ids
+                  (up to and including the end token) and whether it ran out of tokens; `stats` gets the
+                  seconds and generated tokens (the result's throughput).
+chat_ids          a (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers
+                  split them (the prompt rendered with the generation prompt; the completion is the rest).
+completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at temperature 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Any
+
+
+def prompt_text(tokenizer, chat: list[dict], chat_template_kwargs: dict | None) -> str:
+    return tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
+                                         **(chat_template_kwargs or {}))
+
+
+def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: int, max_new_tokens: int,
+             chat_template_kwargs: dict | None = None, desc: str = "generate", seed: int | None = None,
+             stats: dict | None = None, **sampling) -> list[list[dict[str, Any]]]:
+    """n completions per chat (greedy when `sampling` is empty); per chat a list of {"text", "ids", "tokens",
+    "truncated"} (truncated: no end token within max_new_tokens)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
+    # these settings on top; greedy clears the model's default sampling settings.
+    config = copy.deepcopy(model.generation_config)
+    greedy = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None}
+    sampling = {k: v for k, v in sampling.items() if v is not None}
+    config.update(max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
+                  use_cache=True, **({"do_sample": True, **sampling} if sampling else greedy))
+    if config.eos_token_id is None:
+        config.eos_token_id = tokenizer.eos_token_id
+    end = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    end_ids = torch.tensor(end)
+    if seed is not None:
+        torch.manual_seed(seed)
+    was_training, side = model.training, tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = "left"
+    out: list[list[dict[str, Any]]] = []
+    start_time, generated = time.perf_counter(), 0
+    try:
+        for start in tqdm(range(0, len(chats), batch_size), desc=desc, unit="batch",
+                          disable=int(os.environ.get("RANK", "0")) != 0):
+            texts = [prompt_text(tokenizer, c, chat_template_kwargs) for c in chats[start:start + batch_size]]
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                ids = model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:].cpu()
+            is_end = torch.isin(ids, end_ids)
+            ended = is_end.any(dim=1).tolist()
+            lengths = torch.where(is_end.any(dim=1), is_end.int().argmax(dim=1) + 1, ids.shape[1]).tolist()
+            decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+            for i in range(len(texts)):
+                group = []
+                for k in range(i * n, (i + 1) * n):
+                    generated += lengths[k]
+                    group.append({"text": decoded[k], "ids": ids[k, :lengths[k]].tolist(), "tokens": lengths[k],
+                                  "truncated": not ended[k]})
+                out.append(group)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    if stats is not None:
+        stats["seconds"] = stats.get("seconds", 0.0) + time.perf_counter() - start_time
+        stats["generated_tokens"] = stats.get("generated_tokens", 0) + generated
+    return out
+
+
+def chat_ids(tokenizer, prompt: list[dict], completion: list[dict],
+             chat_template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
+    kwargs = chat_template_kwargs or {}
+    prompt_part = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
+    full = tokenizer.apply_chat_template([*prompt, *completion], tokenize=False, **kwargs)
+    prompt_ids = tokenizer(prompt_part, add_special_tokens=False)["input_ids"]
+    full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+    if full_ids[:len(prompt_ids)] != prompt_ids:  # a template that re-renders earlier turns: split on text
+        return prompt_ids, tokenizer(full[len(prompt_part):], add_special_tokens=False)["input_ids"]
+    return prompt_ids, full_ids[len(prompt_ids):]
+
+
+def _right_padded(rows: list[list[int]], pad_id: int):
+    """(ids, attention mask) of token rows, right-padded: each row's completion ends its real tokens."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
+def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
+                        batch_size: int, max_length: int | None = None, desc: str = "log-probs") -> list[tuple[float, int]]:
+    """(sum of log-probs, number of tokens) of each completion given its prompt (prompts cut on the left to
+    fit max_length, then completions on the right)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    device = next(model.parameters()).device
+    out: list[tuple[float, int]] = []
+    for start in tqdm(range(0, len(prompt_ids), batch_size), desc=desc, unit="batch",
+                      disable=int(os.environ.get("RANK", "0")) != 0):
+        pairs = []
+        for p, c in zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]):
+            if max_length is not None and len(p) + len(c) > max_length:
+                c = c[:max(1, max_length - min(len(p), max_length // 2))]
+                p = p[-(max_length - len(c)):] if max_length - len(c) > 0 else p[-1:]
+            pairs.append((p, c))
+        ids, mask = _right_padded([p + c for p, c in pairs], pad_id)
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        token_logp = logp.gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()
+        for i, (p, c) in enumerate(pairs):
+            if not c:
+                out.append((0.0, 0))
+                continue
+            out.append((float(token_logp[i, len(p) - 1:len(p) + len(c) - 1].sum()), len(c)))
+    return out
+
+
+def token_kl(model_p, model_q, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
+             batch_size: int) -> list[tuple[float, int]]:
+    """Per completion: (sum over its tokens of KL(p || q) between the two next-token distributions, tokens)."""
+    import torch
+
+    out: list[tuple[float, int]] = []
+    for start in range(0, len(prompt_ids), batch_size):
+        rows = [(p, c) for p, c in zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size])]
+        ids, mask = _right_padded([p + c for p, c in rows], pad_id)
+        logs = []
+        for model in (model_p, model_q):
+            device = next(model.parameters()).device
+            with torch.no_grad():
+                logs.append(torch.log_softmax(model(input_ids=ids.to(device), attention_mask=mask.to(device))
+                                              .logits.float().cpu(), dim=-1))
+        kl = (logs[0].exp() * (logs[0] - logs[1])).sum(-1)  # [batch, positions]
+        for i, (p, c) in enumerate(rows):
+            out.append((float(kl[i, len(p) - 1:len(p) + len(c) - 1].sum()), len(c)))
+    return out
+
+
+def throughput(problems: int, stats: dict) -> dict[str, float]:
+    seconds = stats.get("seconds", 0.0)
+    tokens = stats.get("generated_tokens", 0)
+    return {"problems": problems, "generation_seconds": round(seconds, 3), "generated_tokens": tokens,
+            "problems_per_s": round(problems / seconds, 3) if seconds else None,
+            "generated_tokens_per_s": round(tokens / seconds, 1) if seconds else None}
