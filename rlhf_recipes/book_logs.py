@@ -139,3 +139,14 @@ def sft_metrics() -> tuple[MetricMap, ...]:
         MetricMap("grad_norm", ("grad_norm",)),
         MetricMap("learning_rate", ("learning_rate",)),
     )
+
+
+def rs_metrics() -> tuple[MetricMap, ...]:
+    """Rejection sampling's SFT stage. The book's loop (rejection_sampling/train.py) logs one row of selection
+    facts, then one row per optimizer step (`sft/loss`: the mean of the step's micro-batch losses;
+    `sft/grad_norm`: before clipping), then test_accuracy; with no explicit step, so wandb's step k is
+    optimizer step k, as ours. test_accuracy is compared by `rlhf-recipes results` (final_results.json)."""
+    return (
+        MetricMap("loss", ("sft/loss",)),
+        MetricMap("grad_norm", ("sft/grad_norm",)),
+    )

@@ -402,6 +402,29 @@ def test_history_with_the_books_current_names_is_said_so():
     assert any("since 2026-05-03" in n for n in aligned.notes)
 
 
+def test_rejection_sampling_runs_compare_their_sft_stage(tmp_path):
+    """The book's rejection-sampling loop logs a selection row (wandb step 0), then sft/loss and sft/grad_norm
+    per optimizer step, then test_accuracy: a made-up history in that layout."""
+    steps = 20
+    loss = 1.0 - 0.02 * np.arange(1, steps + 1) + np.random.default_rng(0).normal(0, 0.02, steps)
+    frame = pd.DataFrame({"_step": range(steps + 2),
+                          "selection/num_pairs": [1000.0] + [np.nan] * (steps + 1),
+                          "sft/loss": [np.nan, *loss, np.nan], "sft/grad_norm": [np.nan, *(loss + 1.0), np.nan],
+                          "test_accuracy": [np.nan] * (steps + 1) + [0.79]})
+    path = tmp_path / "rs.csv"
+    frame.to_csv(path, index=False)
+    aligned = align_reference(load_reference_csvs([path]), lookup("rejection_sampling_top_per_prompt"))
+    assert set(aligned.metrics) == {"loss", "grad_norm"}
+    assert aligned.metrics["loss"].steps.tolist() == list(range(1, steps + 1))  # wandb step k = optimizer step k
+    np.testing.assert_allclose(aligned.metrics["loss"].values, loss)
+    rows = [{"step": s, "epoch": s / steps, "loss": float(loss[s - 1]), "grad_norm": float(loss[s - 1] + 1.0),
+             "learning_rate": 5e-6}
+            for s in range(1, steps + 1)]
+    run = write_run(tmp_path / "rs-run", "rejection_sampling_top_per_prompt", rows)
+    report = compare_with_reference([run], reference_csvs=[path], out_dir=tmp_path / "out")
+    assert {c.metric for c in report.comparisons} == {"loss", "grad_norm"}  # before: nothing was compared
+
+
 def test_reward_function_named_differently_is_found_by_pattern(tmp_path):
     rows = grpo_rows_from_fixture()
     for row in rows:
