@@ -28,7 +28,29 @@ REWARD_FUNCTION_NAMES: dict[str, str] = {
     "correctness": "correctness_reward",
     "format": "format_reward",
     "penalty": "overlong_penalty_reward",  # DAPO's overlong penalty, the book's avg_penalty
+    "binary": "binary_reward",  # correctness if the format is complete (MaxRL's advantage reward)
 }
+
+# The book's policy-gradient reward averages under both generations of its names: its PR #391
+# (code/CHANGELOG.md, 2026-05-03) renamed them, and the published runs were logged before that, so
+# they carry the OLD names (a later run may carry the new ones). Component -> (current, before
+# 2026-05-03). The one table of these names: pg_metrics() and compare's note read it.
+BOOK_PG_REWARD_NAMES: dict[str, tuple[str, str]] = {
+    "total": ("avg_total", "avg_reward"),
+    "correctness": ("avg_correctness", "avg_correctness_reward"),
+    "format": ("avg_format", "avg_format_reward"),
+    "penalty": ("avg_penalty", "avg_response_penalty"),
+    "binary": ("avg_binary", "avg_binary_reward"),
+}
+BOOK_PG_OLD_NAMES_UNTIL = "2026-05-03"
+
+
+def book_pg_name_generation(columns) -> str | None:
+    """Which generation of the book's reward names a history logged: "current", "old", "both" or None."""
+    columns = set(columns)
+    current = any(new in columns for new, _ in BOOK_PG_REWARD_NAMES.values())
+    old = any(old in columns for _, old in BOOK_PG_REWARD_NAMES.values())
+    return {(True, True): "both", (True, False): "current", (False, True): "old"}.get((current, old))
 
 
 @dataclass(frozen=True)
@@ -44,29 +66,23 @@ class MetricMap:
 
 
 def pg_metrics() -> tuple[MetricMap, ...]:
-    """Policy gradients: the rollout rows' reward averages, then the update rows' loss and grad_norm."""
+    """Policy gradients: the rollout rows' reward averages, then the update rows' loss and grad_norm.
+    Each reward map accepts both generations of the book's names (BOOK_PG_REWARD_NAMES), current first."""
     names = REWARD_FUNCTION_NAMES
-    # `avg_reward` is the older key of the same total (the book's code before avg_total).
+    book = BOOK_PG_REWARD_NAMES
+    components = [
+        MetricMap(
+            f"rewards/{names[key]}/mean",
+            book[key],
+            row="rollout",
+            ours_glob=glob,
+        )
+        for key, glob in (("correctness", "rewards/*correct*/mean"), ("format", "rewards/*format*/mean"),
+                          ("penalty", "rewards/*penalt*/mean"), ("binary", "rewards/*binary*/mean"))
+    ]
     return (
-        MetricMap("reward", ("avg_total", "avg_reward"), row="rollout"),
-        MetricMap(
-            f"rewards/{names['correctness']}/mean",
-            ("avg_correctness",),
-            row="rollout",
-            ours_glob="rewards/*correct*/mean",
-        ),
-        MetricMap(
-            f"rewards/{names['format']}/mean",
-            ("avg_format",),
-            row="rollout",
-            ours_glob="rewards/*format*/mean",
-        ),
-        MetricMap(
-            f"rewards/{names['penalty']}/mean",
-            ("avg_penalty",),
-            row="rollout",
-            ours_glob="rewards/*penalt*/mean",
-        ),
+        MetricMap("reward", book["total"], row="rollout"),
+        *components,
         MetricMap("loss", ("loss",), row="update"),
         MetricMap("grad_norm", ("grad_norm",), row="update"),
     )
@@ -122,4 +138,15 @@ def sft_metrics() -> tuple[MetricMap, ...]:
         MetricMap("loss", ("loss",)),
         MetricMap("grad_norm", ("grad_norm",)),
         MetricMap("learning_rate", ("learning_rate",)),
+    )
+
+
+def rs_metrics() -> tuple[MetricMap, ...]:
+    """Rejection sampling's SFT stage. The book's loop (rejection_sampling/train.py) logs one row of selection
+    facts, then one row per optimizer step (`sft/loss`: the mean of the step's micro-batch losses;
+    `sft/grad_norm`: before clipping), then test_accuracy; with no explicit step, so wandb's step k is
+    optimizer step k, as ours. test_accuracy is compared by `rlhf-recipes results` (final_results.json)."""
+    return (
+        MetricMap("loss", ("sft/loss",)),
+        MetricMap("grad_norm", ("sft/grad_norm",)),
     )

@@ -72,9 +72,11 @@ _BUILD_VERSION = 1  # bump when the build below changes, to invalidate caches
 
 
 def _system_prompt_text() -> str:
-    from rlhf_recipes.data.reasoning_gym import system_prompt_text
+    # Straight from reasoning-gym's table (SYSTEM_PROMPT is one of its names), not through data/reasoning_gym.py,
+    # which stands above this file.
+    from reasoning_gym.utils import SYSTEM_PROMPTS
 
-    return system_prompt_text(SYSTEM_PROMPT)
+    return SYSTEM_PROMPTS[SYSTEM_PROMPT]
 
 
 def _added_tokens() -> list[str]:

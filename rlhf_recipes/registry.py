@@ -20,7 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, sft_metrics
+from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, rs_metrics, sft_metrics
 from rlhf_recipes.nano import TASK as NANO_TASK
 
 
@@ -152,7 +152,7 @@ def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
                 defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
                           "drop_partial_steps": True},
                 key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
-                book_runs=(run,),
+                book_runs=(run,), book_metrics=rs_metrics(),
                 book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
 
 

@@ -369,6 +369,62 @@ def test_run_vs_reference_csv_end_to_end(tmp_path):
     assert "within the reference's band" in report.table_file.read_text()
 
 
+# The book's policy-gradient names before its PR #391 (2026-05-03), which its published runs carry.
+OLD_BOOK_NAMES = {"avg_total": "avg_reward", "avg_correctness": "avg_correctness_reward",
+                  "avg_format": "avg_format_reward"}
+
+
+def test_history_with_the_books_old_names_compares_every_reward(tmp_path):
+    old = tmp_path / "old_names.csv"
+    frame = pd.read_csv(API_GRPO).rename(columns=OLD_BOOK_NAMES)
+    frame["avg_response_penalty"] = np.where(frame["avg_reward"].notna(), -0.1, np.nan)
+    frame["avg_binary_reward"] = np.where(frame["avg_reward"].notna(), 0.3, np.nan)
+    frame.to_csv(old, index=False)
+    aligned = align_reference(load_reference_csvs([old]), lookup("grpo"))
+    assert {name: am.book for name, am in aligned.metrics.items()} == {
+        "reward": "avg_reward", "rewards/correctness_reward/mean": "avg_correctness_reward",
+        "rewards/format_reward/mean": "avg_format_reward",
+        "rewards/overlong_penalty_reward/mean": "avg_response_penalty",
+        "rewards/binary_reward/mean": "avg_binary_reward", "loss": "loss", "grad_norm": "grad_norm"}
+    np.testing.assert_allclose(aligned.metrics["rewards/correctness_reward/mean"].values,
+                               _expected_grpo()[1]["avg_correctness"])
+    assert any("before 2026-05-03" in n and "avg_correctness_reward" in n for n in aligned.notes)
+
+    run = write_run(tmp_path / "grpo", "grpo", grpo_rows_from_fixture())
+    report = compare_with_reference([run], reference="grpo", reference_csvs=[old], out_dir=tmp_path / "out")
+    compared = {c.metric for c in report.comparisons if c.within}
+    assert {"reward", "rewards/correctness_reward/mean", "rewards/format_reward/mean"} <= compared
+    assert "avg_correctness_reward" in report.table_file.read_text()  # the table names the book's key
+
+
+def test_history_with_the_books_current_names_is_said_so():
+    aligned = align_reference(load_reference_csvs([API_GRPO]), lookup("grpo"))
+    assert any("since 2026-05-03" in n for n in aligned.notes)
+
+
+def test_rejection_sampling_runs_compare_their_sft_stage(tmp_path):
+    """The book's rejection-sampling loop logs a selection row (wandb step 0), then sft/loss and sft/grad_norm
+    per optimizer step, then test_accuracy: a made-up history in that layout."""
+    steps = 20
+    loss = 1.0 - 0.02 * np.arange(1, steps + 1) + np.random.default_rng(0).normal(0, 0.02, steps)
+    frame = pd.DataFrame({"_step": range(steps + 2),
+                          "selection/num_pairs": [1000.0] + [np.nan] * (steps + 1),
+                          "sft/loss": [np.nan, *loss, np.nan], "sft/grad_norm": [np.nan, *(loss + 1.0), np.nan],
+                          "test_accuracy": [np.nan] * (steps + 1) + [0.79]})
+    path = tmp_path / "rs.csv"
+    frame.to_csv(path, index=False)
+    aligned = align_reference(load_reference_csvs([path]), lookup("rejection_sampling_top_per_prompt"))
+    assert set(aligned.metrics) == {"loss", "grad_norm"}
+    assert aligned.metrics["loss"].steps.tolist() == list(range(1, steps + 1))  # wandb step k = optimizer step k
+    np.testing.assert_allclose(aligned.metrics["loss"].values, loss)
+    rows = [{"step": s, "epoch": s / steps, "loss": float(loss[s - 1]), "grad_norm": float(loss[s - 1] + 1.0),
+             "learning_rate": 5e-6}
+            for s in range(1, steps + 1)]
+    run = write_run(tmp_path / "rs-run", "rejection_sampling_top_per_prompt", rows)
+    report = compare_with_reference([run], reference_csvs=[path], out_dir=tmp_path / "out")
+    assert {c.metric for c in report.comparisons} == {"loss", "grad_norm"}  # before: nothing was compared
+
+
 def test_reward_function_named_differently_is_found_by_pattern(tmp_path):
     rows = grpo_rows_from_fixture()
     for row in rows:

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = ["README.md", "docs/sft.md", "docs/direct_alignment.md", "docs/policy_gradients.md",
+DOCS = ["README.md", "docs/setup.md", "docs/sft.md", "docs/direct_alignment.md", "docs/policy_gradients.md",
         "docs/rejection_sampling.md", "docs/sdpo.md", "docs/reward_models.md", "docs/pipelines.md", "docs/tools.md",
         "docs/nano.md", "docs/sweeps.md"]
 RUNNABLE_MARK = "runs as written"

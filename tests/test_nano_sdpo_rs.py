@@ -95,7 +95,7 @@ def _answer_logprobs(model_path: Path, words: int) -> list[tuple[float, float]]:
     from rlhf_recipes.data.reasoning_gym import system_prompt_text
     from rlhf_recipes.data.reasoning_gym_sdpo_sft import teacher_prompt
     from rlhf_recipes.data.reasoning_gym_sft import COMPLETION
-    from rlhf_recipes.evaluation.generation import chat_ids
+    from rlhf_recipes.generation import chat_ids
     from rewards.reasoning_tasks import composite_dataset, composite_spec
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)

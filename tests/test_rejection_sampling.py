@@ -101,6 +101,33 @@ def test_correct_within_1e_6_of_the_gold_number():
     assert grading.accuracy(["\\boxed{18}", "it is 17", "nothing"], ["18", "18", "18"]) == pytest.approx(1 / 3)
 
 
+@pytest.mark.parametrize("text, book, nested", [
+    ("\\boxed{\\frac{1}{2}}", "2", "2"),  # one level of braces: both rules read it
+    ("\\boxed{\\frac{\\sqrt{3}}{2}} so 7", "7", "2"),  # two levels: the book's rule sees no boxed, last number
+    ("\\boxed{3} then \\boxed{\\text{\\textbf{5}}}", "3", "5"),  # ... or the earlier boxed it can read
+    ("\\boxed{\\text{\\$1,234.50}}", "1234.50", "1234.50"),
+])
+def test_the_books_boxed_rule_reads_one_level_of_braces(text, book, nested):
+    assert grading.extract_answer(text) == book  # the default is the book's
+    assert grading.extract_answer(text, "book") == book and grading.extract_answer(text, "nested") == nested
+    assert grading.accuracy([text], [book]) == 1.0 and grading.accuracy([text], [book], "nested") == (book == nested)
+
+
+def test_boxed_rule_is_a_recipe_option_with_a_one_line_error(tmp_path):
+    from rlhf_recipes.config import load_recipe
+
+    path = str(RECIPES / "rejection_sampling_top_per_prompt.yaml")
+    base = [path, "--profile", "tiny", "--output_dir", str(tmp_path)]
+    assert load_recipe(base).training.boxed_rule == "book"
+    assert load_recipe([*base, "--boxed_rule", "nested"]).training.boxed_rule == "nested"
+    from rlhf_recipes.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="boxed_rule must be one of book, nested, got 'deep'"):
+        load_recipe([*base, "--boxed_rule", "deep"])
+    with pytest.raises(ValueError, match="boxed_rule must be one of book, nested"):
+        grading.extract_answer("x", "deep")
+
+
 # --- recipes -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("rule", RULES)
 def test_recipe_resolves_with_the_books_settings(rule, tmp_path):
@@ -203,6 +230,8 @@ def test_recipe_runs_every_stage(finished):
 
     text = table([str(out)])
     assert "rejection_sampling_top_per_prompt" in text and "0.790" in text and "0.760" in text
+    assert results["grading"].startswith("boxed_rule book") and "boxed_rule book" in text  # which rule graded it
+    assert all(r["boxed_rule"] == "book" for r in read_jsonl(out / "eval_tuned.jsonl"))
 
 
 def test_rerun_skips_finished_stages_and_resumes_sft_exactly(finished, tmp_path, caplog):

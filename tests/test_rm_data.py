@@ -246,6 +246,47 @@ def test_rollout_examples_mask_the_completion_and_cap_rollouts(tokenizer):
     assert len(examples) == kept and stats["dropped"] == {"longer than max_length": 4 - kept}
 
 
+def test_overlong_rollouts_truncate_is_a_named_option_and_counted(tokenizer, caplog):
+    prompt = [{"role": "user", "content": "What is 2 + 3?"}]
+    rows = [{"prompt": prompt, "completions": ["2 + 3 = 5, so the answer is\n#### 5", "#### 6"],
+             "rewards": [1.0, 0.0]}]
+    whole, _ = rollout_examples(rows, tokenizer, None)
+    start = whole[0]["completion_mask"].index(1)
+    cut = len(whole[1]["input_ids"])  # the short rollout fits, the long one does not
+    assert len(whole[0]["input_ids"]) > cut
+    skipped, stats = rollout_examples(rows, tokenizer, cut)  # the default is the book's: skip
+    assert [e["rewards"] for e in skipped] == [0.0] and stats["dropped"] == {"longer than max_length": 1}
+    assert stats["truncated"] == {}
+    kept, stats = rollout_examples(rows, tokenizer, cut, overlong="truncate")
+    assert [e["rewards"] for e in kept] == [1.0, 0.0] and stats["dropped"] == {}
+    assert stats["truncated"] == {"longer than max_length, cut (keep_start)": 1}
+    assert kept[0]["input_ids"] == whole[0]["input_ids"][:cut]  # the start kept, the completion's end cut
+    assert kept[0]["completion_mask"] == whole[0]["completion_mask"][:cut]
+    ended, _ = rollout_examples(rows, tokenizer, cut, overlong="truncate", truncation_mode="keep_end")
+    removed = len(whole[0]["input_ids"]) - cut
+    assert ended[0]["input_ids"] == whole[0]["input_ids"][removed:]
+    assert ended[0]["completion_mask"] == whole[0]["completion_mask"][removed:]
+    nothing, stats = rollout_examples(rows, tokenizer, start, overlong="truncate")  # only the prompt fits
+    assert nothing == [] and stats["dropped"] == {"no completion token left after truncation": 2}
+    with pytest.raises(ValueError, match="overlong_rollouts must be one of skip, truncate"):
+        rollout_examples(rows, tokenizer, cut, overlong="cut")
+
+    # The run's log says how many were skipped (final_results.json `data` holds the same statistics).
+    import logging
+    from types import SimpleNamespace
+
+    from custom_losses.reward_models.config import OutcomeRMConfig
+    from rlhf_recipes.data.reward_model_examples import tokenize_split
+
+    config = OutcomeRMConfig(output_dir="unused", max_length=cut, report_to="none")
+    assert config.overlong_rollouts == "skip"
+    with caplog.at_level(logging.WARNING):
+        _, stats = tokenize_split(SimpleNamespace(training=config, source="orm.yaml"), tokenizer, rows, "train")
+    assert "train data: dropped 1 examples: longer than max_length" in caplog.text
+    with pytest.raises(ValueError, match="overlong_rollouts must be one of skip, truncate, got 'cut'"):
+        OutcomeRMConfig(output_dir="unused", overlong_rollouts="cut", report_to="none")
+
+
 def test_step_examples_label_only_the_last_separator_token(tokenizer):
     separator, template = "\n<step>\n", "Problem: {problem}\nReasoning trace:\n"
     rows = [{"prompt": "What is 1 + 1?", "completions": ["1 + 1 = 2.", "So 2.", "# Answer\n\n2"], "labels": [1, 0, -1]}]

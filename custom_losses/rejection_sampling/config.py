@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import rewards
+from custom_losses.rejection_sampling.grading import BOXED_RULE_HELP, BOXED_RULES, DEFAULT_BOXED_RULE, check_rule
 from custom_losses.rejection_sampling.selection import RULES
 from custom_losses.sft.config import BookSFTConfig
 from rewards.reward_model import RM_PREFIX
@@ -55,6 +56,12 @@ class RejectionSamplingConfig(BookSFTConfig):
     eval_split: str = field(default="test", metadata={"help": "GSM8K split of the evaluation."})
     eval_max_new_tokens: int = field(default=512, metadata={"help": "Greedy new tokens per evaluation answer."})
     eval_generation_batch_size: int = field(default=32, metadata={"help": "Questions per evaluation generate call."})
+    boxed_rule: str = field(
+        default=DEFAULT_BOXED_RULE,
+        metadata={"help": "Which \\boxed{} grading reads (custom_losses/rejection_sampling/grading.py): "
+                  + "; ".join(f"{k}: {v}" for k, v in BOXED_RULE_HELP.items()) + ".",
+                  "choices": list(BOXED_RULES)},
+    )
     evaluate_base: bool = field(
         default=True, metadata={"help": "Also evaluate the base policy (the results table's first column)."})
 
@@ -64,6 +71,7 @@ class RejectionSamplingConfig(BookSFTConfig):
             if self.reward_func.startswith(RM_PREFIX):
                 raise ValueError(f"reward_func {self.reward_func!r} names a reward model: set reward_model to it")
             rewards.check_names([self.reward_func])
+        check_rule(self.boxed_rule)
         if self.selection_rule not in RULES:
             raise ValueError(f"selection_rule must be one of {', '.join(RULES)}, got {self.selection_rule!r}")
         for name in ("selection_k", "num_completions", "rollout_max_new_tokens", "rollout_batch_size",

@@ -8,6 +8,7 @@ from typing import ClassVar
 from transformers import TrainingArguments
 from trl import RewardConfig
 
+from custom_losses.reward_models.data import OVERLONG_ROLLOUTS
 from custom_losses.schedules import BookLRScheduleArguments
 from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, STEP_SPLITS
 
@@ -52,13 +53,20 @@ class OutcomeRMConfig(BookLRScheduleArguments, TrainingArguments):
     rm_kind: ClassVar[str] = "outcome"
 
     max_length: int | None = field(
-        default=2048, metadata={"help": "Tokens per rollout (prompt + completion); longer training and evaluation "
-                                "rollouts are SKIPPED and counted as dropped (the book)."}
+        default=2048, metadata={"help": "Tokens per rollout (prompt + completion); what happens to longer training "
+                                "and evaluation rollouts: `overlong_rollouts`."}
+    )
+    overlong_rollouts: str = field(
+        default="skip",
+        metadata={"help": "Rollouts longer than max_length: 'skip' (the book's train_orm.py; counted as dropped in "
+                  "the log and final_results.json `data`) or 'truncate' (cut on the truncation_mode side, counted "
+                  "as truncated; a cut completion is still labelled with the whole rollout's correctness).",
+                  "choices": list(OVERLONG_ROLLOUTS)},
     )
     truncation_mode: str = field(
         default="keep_start",
-        metadata={"help": "Only when the saved ORM later scores text longer than max_length (demo, rewards): "
-                  "keep_start (cut the end) or keep_end."},
+        metadata={"help": "Which side a cut keeps: with overlong_rollouts truncate, and when the saved ORM later "
+                  "scores text longer than max_length (demo, rewards): keep_start (cut the end) or keep_end."},
     )
     max_rollouts_per_prompt: int | None = field(
         default=None, metadata={"help": "Use at most this many rollouts of each prompt (the first ones); null: all."}
@@ -73,6 +81,9 @@ class OutcomeRMConfig(BookLRScheduleArguments, TrainingArguments):
 
     def __post_init__(self):
         _check_common(self)
+        if self.overlong_rollouts not in OVERLONG_ROLLOUTS:
+            raise ValueError(f"overlong_rollouts must be one of {', '.join(OVERLONG_ROLLOUTS)}, "
+                             f"got {self.overlong_rollouts!r}")
         if self.score_reduction not in SCORE_REDUCTIONS:
             raise ValueError(f"score_reduction must be one of {SCORE_REDUCTIONS}, got {self.score_reduction!r}")
         if self.max_rollouts_per_prompt is not None and self.max_rollouts_per_prompt < 1:

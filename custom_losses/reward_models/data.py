@@ -3,8 +3,9 @@
 Each kind's text layout is rewards/reward_model_encoding.py, the one the trained model is
 later scored with (rewards/reward_model_scoring.py), so an RM is always read the way it was
 trained. Over-long preference sequences are truncated and pairs that become identical are
-dropped and counted; outcome rollouts and process examples over the limit are dropped and
-counted (the book: truncating would cut the text its label is about). Every builder returns length statistics for the run's log.
+dropped and counted; outcome rollouts (unless `overlong_rollouts: truncate`) and process examples over the
+limit are dropped and counted (the book: truncating would cut the text its label is about). Every builder
+returns length statistics for the run's log.
 """
 
 from __future__ import annotations
@@ -64,12 +65,20 @@ def preference_examples(rows: Iterable[dict], tokenizer, max_length: int | None,
     return examples, stats
 
 
-def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, max_rollouts: int | None = None):
+OVERLONG_ROLLOUTS = ("skip", "truncate")
+
+
+def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, max_rollouts: int | None = None,
+                     overlong: str = "skip", truncation_mode: str = "keep_start"):
     """prompt/completions/rewards rows -> one {input_ids, completion_mask, rewards, group} per rollout.
 
-    A rollout longer than `max_length` (prompt + completion) is SKIPPED and counted, as the book does;
-    truncating it would train on a cut completion against the whole rollout's correctness."""
-    examples, lengths, dropped = [], [], 0
+    A rollout longer than `max_length` (prompt + completion) is, with `overlong` "skip" (the book's
+    train_orm.py), SKIPPED and counted: truncating would train on a cut completion against the whole
+    rollout's correctness. With "truncate" it is cut to max_length on the `truncation_mode` side (keep_start:
+    the end of the completion goes) and counted; one whose cut leaves no completion token is skipped."""
+    if overlong not in OVERLONG_ROLLOUTS:
+        raise ValueError(f"overlong_rollouts must be one of {', '.join(OVERLONG_ROLLOUTS)}, got {overlong!r}")
+    examples, lengths, dropped, no_completion, cut = [], [], 0, 0, 0
     for group, row in enumerate(rows):
         completions, rewards = row["completions"], row["rewards"]
         if max_rollouts is not None:
@@ -79,12 +88,20 @@ def rollout_examples(rows: Iterable[dict], tokenizer, max_length: int | None, ma
             ids, start = encode_rollout(tokenizer, row["prompt"], completion, cached)
             lengths.append(len(ids))
             if max_length is not None and len(ids) > max_length:
-                dropped += 1
-                continue
+                if overlong == "skip":
+                    dropped += 1
+                    continue
+                removed = len(ids) - max_length if truncation_mode == "keep_end" else 0
+                ids, start = truncate(ids, max_length, truncation_mode), max(0, start - removed)
+                if start >= len(ids):
+                    no_completion += 1
+                    continue
+                cut += 1
             mask = [0] * start + [1] * (len(ids) - start)
             examples.append({"input_ids": ids, "completion_mask": mask, "rewards": float(reward), "group": group})
-    stats = {"rollouts": len(examples),
-             "dropped": {"longer than max_length": dropped} if dropped else {},
+    reasons = {"longer than max_length": dropped, "no completion token left after truncation": no_completion}
+    stats = {"rollouts": len(examples), "dropped": {k: n for k, n in reasons.items() if n},
+             "truncated": {f"longer than max_length, cut ({truncation_mode})": cut} if cut else {},
              "lengths": length_stats(lengths, max_length)}
     return examples, stats
 

@@ -103,7 +103,7 @@ def generate(recipe) -> "Dataset":
 def heldout(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`count` pairs built the same way on the reasoning-gym evaluator's held-out draw, none on a training
     prompt; the draw grows until it gives `count` pairs (or 16x the first try)."""
-    from rlhf_recipes.evaluation.options import EvalError
+    from rlhf_recipes.errors import EvalError
 
     count = count or 200
     seed = training_seed(recipe) + HELDOUT_SEED_OFFSET

@@ -44,7 +44,8 @@ def tokenize_split(recipe, tokenizer, rows, split: str):
     if kind == "preference":
         examples, stats = preference_examples(rows, tokenizer, cfg.max_length, cfg.truncation_mode)
     elif kind == "outcome":
-        examples, stats = rollout_examples(rows, tokenizer, cfg.max_length, cfg.max_rollouts_per_prompt)
+        examples, stats = rollout_examples(rows, tokenizer, cfg.max_length, cfg.max_rollouts_per_prompt,
+                                           cfg.overlong_rollouts, cfg.truncation_mode)
     else:
         examples, stats = step_examples(rows, tokenizer, cfg.max_length, cfg.max_reasoning_steps,
                                         cfg.prompt_template, cfg.step_separator)
@@ -61,7 +62,7 @@ def _log_stats(split: str, stats: dict) -> None:
     if int(os.environ.get("RANK", "0")) != 0:
         return
     lengths = stats.get("lengths", {})
-    count = {k: v for k, v in stats.items() if k not in ("lengths", "dropped", "rows")}
+    count = {k: v for k, v in stats.items() if k not in ("lengths", "dropped", "truncated", "rows")}
     logger.info(
         "%s data: %d rows -> %s; dropped %s; tokens per sequence before truncation: mean %s, p99 %s, max %s; "
         "%.1f%% over max_length %s",
@@ -71,3 +72,5 @@ def _log_stats(split: str, stats: dict) -> None:
     )
     for reason, n in (stats.get("dropped") or {}).items():
         logger.warning("%s data: dropped %d examples: %s", split, n, reason)
+    for reason, n in (stats.get("truncated") or {}).items():
+        logger.warning("%s data: truncated %d examples: %s", split, n, reason)

@@ -51,12 +51,12 @@ def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_
 
 
 def generate_from(model_path: str, chats: list[list[dict]], **generate_kwargs) -> list[list[dict[str, Any]]]:
-    """evaluation.generation.generate with the saved model and tokenizer at `model_path`, loaded in fp32: the
+    """rlhf_recipes.generation.generate with the saved model and tokenizer at `model_path`, loaded in fp32: the
     starting model's own completions that a sampled data source (here, data/reasoning_gym_sdpo_sft.py) builds on."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlhf_recipes.evaluation.generation import generate
+    from rlhf_recipes.generation import generate
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)

@@ -3,7 +3,6 @@ too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/
 
   intervals.py      Wilson, bootstrap and paired-bootstrap intervals, the unbiased pass@k (pure functions)
   base.py           options, per-problem Scores, their summary and difference; the Evaluator base class
-  generation.py     batched generation (progress bar, tokens/s), completion log-probs, token KL
   loading.py        the model to evaluate, optionally quantized (bitsandbytes int8 / int4)
   heldout.py        held-out rows of a dataset-reading recipe (its eval split, the dataset's test split, or
                     the rows after the training rows), checked against the training prompts

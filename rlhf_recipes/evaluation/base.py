@@ -138,6 +138,10 @@ class Evaluator:
         grades it: a dict with at least `correct` (bool). Task evaluators only."""
         raise NotImplementedError(f"{type(self).__name__} grades no single completions")
 
+    def grading(self) -> str:
+        """Which rule grade() applies, said in final_results.json (GSM8K: its \\boxed{} rule)."""
+        return self.kind
+
     def prompts(self) -> tuple[list[list[dict]], dict | None, int] | None:
         """(chats, chat_template_kwargs, max_new_tokens) on which a policy's own generations are compared with its
         quantized copy (KL); None: not a policy."""

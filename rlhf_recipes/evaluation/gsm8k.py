@@ -5,7 +5,8 @@ real test rows shipped in data/fixtures/gsm8k/test.jsonl), through the gsm8k ada
 system prompt. GSM8K's test split is disjoint from its train split by construction; the questions are
 still compared with the training ones and any shared one dropped (counted).
 Per problem, greedy: exact_match (the book's grading: the last \\boxed{} or last number, numerically equal,
-custom_losses/rejection_sampling/grading.py), math_verify (math-verify's parse/verify of the gold answer
+custom_losses/rejection_sampling/grading.py; the recipe's `boxed_rule`, default the book's one level of nested
+braces inside \\boxed{}), math_verify (math-verify's parse/verify of the gold answer
 against the completion: equivalence, not string match), length (tokens).
 """
 
@@ -46,12 +47,20 @@ def math_verify_correct(completion: str, gold: str) -> bool:
         return False
 
 
-def grade(completion: str, gold: str) -> dict[str, Any]:
+def boxed_rule(recipe) -> str:
+    """The recipe's \\boxed{} rule (rejection sampling's `boxed_rule`); the book's for recipes without one."""
+    from custom_losses.rejection_sampling.grading import DEFAULT_BOXED_RULE
+
+    return getattr(recipe.training, "boxed_rule", None) or DEFAULT_BOXED_RULE
+
+
+def grade(completion: str, gold: str, rule: str | None = None) -> dict[str, Any]:
     from custom_losses.rejection_sampling import grading
 
-    predicted = grading.extract_answer(completion)
+    rule = rule or grading.DEFAULT_BOXED_RULE
+    predicted = grading.extract_answer(completion, rule)
     return {"predicted": predicted, "correct": grading.is_correct(predicted, gold),
-            "math_verify": math_verify_correct(completion, gold)}
+            "math_verify": math_verify_correct(completion, gold), "boxed_rule": rule}
 
 
 class Gsm8kEvaluator(Evaluator):
@@ -83,14 +92,21 @@ class Gsm8kEvaluator(Evaluator):
                 or getattr(t, "max_completion_length", None) or 512)
 
     def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
-        return grade(completion, problem["answer"])
+        return grade(completion, problem["answer"], boxed_rule(self.recipe))
+
+    def grading(self) -> str:
+        """Which rule graded exact_match, for final_results.json and the results table."""
+        from custom_losses.rejection_sampling.grading import BOXED_RULE_HELP
+
+        rule = boxed_rule(self.recipe)
+        return f"boxed_rule {rule}: {BOXED_RULE_HELP[rule]}"
 
     def prompts(self):
         problems, _ = self.data()
         return [list(r["prompt"]) for r in problems], self.chat_template_kwargs(), self.max_new_tokens()
 
     def score(self, model, tokenizer) -> Scores:
-        from rlhf_recipes.evaluation.generation import generate, throughput
+        from rlhf_recipes.generation import generate, throughput
 
         problems, _ = self.data()
         stats: dict = {}

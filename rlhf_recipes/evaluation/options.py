@@ -5,13 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.errors import EvalError  # noqa: F401  (defined on the ground floor: data/ raises it too)
 
 QUANTIZE = ("int8", "int4")
-
-
-class EvalError(RecipeError):
-    """A held-out evaluation that cannot run as asked (no held-out rows, a bad judge, ...): one-line message."""
 
 
 @dataclass

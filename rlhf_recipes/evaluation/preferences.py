@@ -55,7 +55,7 @@ class PreferenceEvaluator(Evaluator):
         return self._reference
 
     def logprobs(self, model, tokenizer, problems) -> dict[str, list[tuple[float, int]]]:
-        from rlhf_recipes.evaluation.generation import chat_ids, completion_logprobs
+        from rlhf_recipes.generation import chat_ids, completion_logprobs
 
         max_length = getattr(self.recipe.training, "max_length", None)
         out = {}
@@ -95,7 +95,7 @@ class PreferenceEvaluator(Evaluator):
 
     def judge(self, model, tokenizer, problems, scores: Scores) -> None:
         from rewards.reward_model import RM_PREFIX, reward_model_reward
-        from rlhf_recipes.evaluation.generation import generate, throughput
+        from rlhf_recipes.generation import generate, throughput
 
         prompts = [list(r["prompt"]) for r in problems]
         stats: dict = {}

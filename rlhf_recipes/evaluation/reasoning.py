@@ -85,7 +85,7 @@ class ReasoningGymEvaluator(Evaluator):
 
     def score(self, model, tokenizer) -> Scores:
         from rewards.reasoning_tasks import format_score
-        from rlhf_recipes.evaluation.generation import generate, throughput
+        from rlhf_recipes.generation import generate, throughput
 
         problems, _ = self.data()
         o, kwargs = self.options, self.chat_template_kwargs()

@@ -58,7 +58,7 @@ def _free() -> None:
 
 def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int) -> dict[str, float] | None:
     """KL(unquantized || quantized) per token, on the unquantized model's greedy completions of the prompts."""
-    from rlhf_recipes.evaluation.generation import generate, prompt_text, token_kl
+    from rlhf_recipes.generation import generate, prompt_text, token_kl
 
     prompts = evaluator.prompts()
     if prompts is None:

@@ -40,7 +40,7 @@ class SftEvaluator(Evaluator):
         import torch
         from tqdm.auto import tqdm
 
-        from rlhf_recipes.evaluation.generation import chat_ids, generate, throughput
+        from rlhf_recipes.generation import chat_ids, generate, throughput
 
         problems, _ = self.data()
         max_length = getattr(self.recipe.training, "max_length", None)

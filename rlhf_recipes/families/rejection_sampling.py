@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rewards.reward_model import RM_PREFIX
-from rlhf_recipes.evaluation.generation import generate
+from rlhf_recipes.generation import generate
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
 logger = logging.getLogger(__name__)
@@ -320,17 +320,20 @@ class RejectionSampling(SupervisedFineTuning):
         reasoning.py: score_answer); each row records the optimizer `step` of the weights, so a file of other
         weights is not taken for this one."""
 
+        evaluator = self.task_evaluator(recipe)
+        grading = evaluator.grading()  # rows graded by another rule (e.g. boxed_rule changed) are graded again
+
         def compute():
-            evaluator = self.task_evaluator(recipe)
             problems, _ = evaluator.data()
             chats, kwargs, max_new_tokens = evaluator.prompts()
             answers = generate(model, tokenizer, chats, n=1, batch_size=recipe.training.eval_generation_batch_size,
                                max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc=name.split(" ", 1)[1])
             return [{"question": row["prompt"][-1]["content"], "gold": row["answer"], "completion": answer["text"],
-                     **evaluator.grade(answer["text"], row), "step": step}
+                     **evaluator.grade(answer["text"], row), "step": step, "grading": grading}
                     for row, (answer,) in zip(problems, answers)]
 
-        return stage(path, name, compute, still_valid=lambda rows: all(r.get("step") == step for r in rows))
+        return stage(path, name, compute,
+                     still_valid=lambda rows: all(r.get("step") == step and r.get("grading") == grading for r in rows))
 
     def final_results(self, recipe, trainer) -> dict[str, Any]:
         """Stage 6 on the trained policy; test_accuracy (tuned) next to base_test_accuracy."""
@@ -347,6 +350,7 @@ class RejectionSampling(SupervisedFineTuning):
 
         return {**results, "test_accuracy": accuracy(tuned), "base_test_accuracy": accuracy(base),
                 "eval_questions": len(tuned), "eval_task": self.task_evaluator(recipe).kind,
+                "grading": self.task_evaluator(recipe).grading(),
                 **getattr(self, "stage_stats", {})}
 
     def evaluator(self, recipe, options):

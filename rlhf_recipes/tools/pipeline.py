@@ -252,7 +252,7 @@ def evaluate_policies(
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
     from rewards.reward_model import reward_model_reward
-    from rlhf_recipes.evaluation.generation import completion_logprobs
+    from rlhf_recipes.generation import completion_logprobs
     from rlhf_recipes.models import resolve_model_path
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)

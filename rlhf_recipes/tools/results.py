@@ -6,6 +6,8 @@ Reads each run's final_results.json; the book's numbers come from the registry (
 algorithm). For rejection sampling (chapter 9) the columns are the base model's test_accuracy and the
 tuned one, for each selection rule and its random control: the book's table (base 0.760; top_per_prompt
 0.790, random_per_prompt 0.795, top_k_overall 0.800, random_k_overall 0.770; within noise on 200 questions).
+The last column says which rule graded the run's answers (final_results.json `grading`: GSM8K's boxed_rule):
+the book's numbers are graded by its own rule, boxed_rule book.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, A
         out.append({"run": str(run), "algorithm": results.get("algorithm"), "status": results.get("status"),
                     "base": results.get(BASE_PREFIX + metric), "tuned": results.get(metric),
                     "book_base": book.get(BASE_PREFIX + metric), "book_tuned": book.get(metric),
-                    "book_runs": ", ".join(algorithm.book_runs) if algorithm else ""})
+                    "book_runs": ", ".join(algorithm.book_runs) if algorithm else "",
+                    "grading": results.get("grading")})
     return out
 
 
@@ -40,9 +43,10 @@ def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
     def cell(value: Any) -> str:
         return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
-    header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run"]
+    header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
+              "graded by"]
     body = [[r["algorithm"], cell(r["base"]), cell(r["tuned"]), cell(r["book_base"]), cell(r["book_tuned"]),
-             r["book_runs"], r["run"]] for r in rows(run_dirs, metric)]
+             r["book_runs"], r["run"], cell(r["grading"])] for r in rows(run_dirs, metric)]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])

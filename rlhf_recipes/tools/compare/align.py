@@ -31,6 +31,7 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
+from rlhf_recipes.book_logs import BOOK_PG_OLD_NAMES_UNTIL, BOOK_PG_REWARD_NAMES, book_pg_name_generation
 from rlhf_recipes.tools.compare.load import API_STEP_COLUMN, ReferenceHistory
 from rlhf_recipes.tools.compare.references import (
     MetricMap,
@@ -139,11 +140,24 @@ def _rule_based_maps(frame: pd.DataFrame, spec: ReferenceSpec) -> list[MetricMap
     return extra
 
 
+def _name_generation_note(frame: pd.DataFrame) -> list[str]:
+    """Say which generation of the book's reward names the reference logged (book_logs.BOOK_PG_REWARD_NAMES)."""
+    generation = book_pg_name_generation(frame.columns)
+    if generation is None:
+        return []
+    used = [name for pair in BOOK_PG_REWARD_NAMES.values() for name in pair if name in frame.columns]
+    said = {"old": f"the book's names from before {BOOK_PG_OLD_NAMES_UNTIL}",
+            "current": f"the book's names since {BOOK_PG_OLD_NAMES_UNTIL}",
+            "both": "both generations of the book's names"}[generation]
+    return [f"reference reward names: {said} ({', '.join(used)})"]
+
+
 def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedReference:
     notes: list[str] = []
     frame = history.frame
     if spec.facts.book_logs_by_rollout:
         our_steps, how = _pg_steps(history, spec, notes)
+        notes.extend(_name_generation_note(frame))
     else:
         our_steps = frame[API_STEP_COLUMN].to_numpy(dtype=np.int64)
         how = "book step = optimizer step (the book logs with step=global_step)"

@@ -90,7 +90,8 @@ def _cached_or_fetched(
         history = load_reference_csvs([path])
         history.source = f"{path} (cached from wandb {spec.wandb_path})"
         return history
-    book_metrics = [name for mm in spec.metrics for name in mm.book[:1]]
+    # Every name a chart may carry: the book's policy-gradient runs before 2026-05-03 log older names.
+    book_metrics = [mm.book for mm in spec.metrics]
     help_text = wandb_source.export_instructions(spec, run_arg, book_metrics)
     if offline:
         raise CompareError(f"{path} is not cached and --offline forbids fetching it.\n{help_text}")

@@ -114,9 +114,11 @@ def fetch_and_cache(
     return path
 
 
-def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[str]) -> str:
-    """What to do when the reference is neither cached nor downloadable."""
-    csv_args = " ".join(f"{m.replace('/', '_')}.csv" for m in book_metrics[:2]) + " ..."
+def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[tuple[str, ...]]) -> str:
+    """What to do when the reference is neither cached nor downloadable. `book_metrics`: each metric's book
+    names (a run logs one of them: the policy-gradient runs renamed theirs on 2026-05-03)."""
+    csv_args = " ".join(f"{names[0].replace('/', '_')}.csv" for names in book_metrics[:2]) + " ..."
+    charts = ", ".join(" or ".join(names) for names in book_metrics)
     cached = cache_path(spec).relative_to(REPO_ROOT)
     return "\n".join([
         f"To get the book's {spec.algorithm} run (wandb {spec.wandb_path}), do one of:",
@@ -126,7 +128,7 @@ def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[st
         "     any free account reads public projects.)",
         "  2. Or export the charts from the run's wandb page:",
         f"       {spec.wandb_url}",
-        f"     For each chart you want ({', '.join(book_metrics)}):",
+        f"     For each chart you want ({charts}):",
         "     open the chart's '...' menu > Export / Download data > CSV, with the x-axis left",
         "     on 'Step'. Then pass the files (several CSVs of one run are merged):",
         f"       rlhf-recipes compare {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",

@@ -1,4 +1,6 @@
-"""Batched generation and scoring of completions: what every held-out evaluation of a policy runs.
+"""Batched generation and scoring of completions: what every held-out evaluation of a policy runs, and what the
+data builders that sample a saved model run (data/sampled_rollouts.py). A ground-floor module: it imports nothing
+of the project, so data/ and evaluation/ both lean on it without data/ reaching up into evaluation/.
 
 generate          n completions per chat (greedy, or sampled with the given settings), left-padded batches
                   under a tqdm bar, the model's own end tokens; each completion with its text, its token ids

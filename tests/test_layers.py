@@ -1,0 +1,49 @@
+"""The house's floors: recipes -> rlhf_recipes -> custom_losses -> rewards, and inside rlhf_recipes the files that
+stand low (nano.py, data/) import nothing from the files that stand above them. Read from the source, no import
+runs: a static check of `import` / `from ... import` statements anywhere in a file (function bodies included)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def reaches(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{path.relative_to(REPO)} imports {name}" for path in files for name in imported_modules(path)
+                  if name == forbidden or any(name == f or name.startswith(f + ".") for f in forbidden))
+
+
+@pytest.mark.parametrize("folder, above", [
+    ("rewards", ("custom_losses", "rlhf_recipes", "recipes")),
+    ("custom_losses", ("rlhf_recipes", "recipes")),
+])
+def test_packages_import_only_the_floors_below(folder, above):
+    assert reaches(sorted((REPO / folder).rglob("*.py")), above) == []
+
+
+@pytest.mark.parametrize("files, above", [
+    # nano.py builds the nano model (floor 2): the data adapters and the registry stand above it.
+    (["rlhf_recipes/nano.py"], ("rlhf_recipes.data", "rlhf_recipes.evaluation", "rlhf_recipes.registry",
+                                "rlhf_recipes.config", "rlhf_recipes.families", "rlhf_recipes.tools")),
+    # data/ builds rows, some by sampling a saved model (rlhf_recipes/generation.py), never through evaluation/.
+    (sorted(str(p.relative_to(REPO)) for p in (REPO / "rlhf_recipes/data").glob("*.py")),
+     ("rlhf_recipes.evaluation", "rlhf_recipes.families", "rlhf_recipes.tools", "rlhf_recipes.train")),
+    # The ground floor imports nothing of the project.
+    (["rlhf_recipes/generation.py", "rlhf_recipes/errors.py"], ("rlhf_recipes", "custom_losses", "rewards")),
+])
+def test_low_files_of_rlhf_recipes_do_not_reach_up(files, above):
+    assert reaches([REPO / f for f in files], above) == []
