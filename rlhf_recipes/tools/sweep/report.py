@@ -126,7 +126,7 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
 def _num(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "-"
-    return f"{value:+.4g}" if signed else f"{value:.4g}"
+    return f"{value:+.3g}" if signed else f"{value:.3g}"
 
 
 def _interval(stats: dict[str, Any], signed: bool = False) -> str:
@@ -140,8 +140,8 @@ def tables(report: dict[str, Any]):
     from rich.table import Table
 
     key = report["key_metric"]
-    heldout = sorted({m for c in report["cells"] for m in c["metrics"] if m.startswith("heldout/") and
-                      f"gain/{m.removeprefix('heldout/')}" != key})[:3]
+    # Beside a gain, the evaluated value itself (e.g. held-out exact match after training).
+    heldout = [f"heldout/{key.removeprefix('gain/')}"] if key and key.startswith("gain/") else []
     cells = Table(title=f"sweep of {Path(report['sweep']['recipe']).name}"
                         f"{' --profile ' + report['sweep']['profile'] if report['sweep']['profile'] else ''}: "
                         f"{key} ({report['goal']}), mean [95% interval over seeds]")
