@@ -115,6 +115,15 @@ CASES: tuple[Case, ...] = (
     _tool("tools", "chat: run folder missing", "chat", "{s}/no-run"),
     _tool("tools", "export: run folder missing", "export", "{s}/no-run", "{s}/exported"),
     _tool("tools", "nano-book: unknown algorithm", "nano-book", "--algorithms", "grpoo"),
+    _tool("tools", "sweep: unknown grid key", "sweep", "{r}/dpo.yaml", "--profile", "tiny", "--grid", "betta=0.1",
+          "--out", "{s}/sweep"),
+    _tool("tools", "sweep: grid value of the wrong type", "sweep", "{r}/dpo.yaml", "--grid", "beta=high",
+          "--out", "{s}/sweep"),
+    _tool("tools", "sweep: empty grid", "sweep", "{r}/dpo.yaml", "--grid", "beta=", "--out", "{s}/sweep"),
+    _tool("tools", "sweep: 0 seeds", "sweep", "{r}/dpo.yaml", "--seeds", "0", "--out", "{s}/sweep"),
+    _tool("tools", "sweep: 0 workers", "sweep", "{r}/dpo.yaml", "--workers", "0", "--out", "{s}/sweep"),
+    _tool("tools", "sweep: a wandb random search", "sweep", "{s}/random_sweep.yaml", "--out", "{s}/sweep"),
+    _tool("tools", "sweep --report: not a sweep folder", "sweep", "{s}/existing", "--report"),
 )
 
 
@@ -127,6 +136,7 @@ def make_scratch(folder: Path) -> None:
     write("list.yaml", "- algorithm: dpo\n")
     write("syntax.yaml", "algorithm: dpo\nbeta: [0.1\n")
     write("twice.yaml", "algorithm: dpo\nbeta: 0.1\nbeta: 0.2\n")
+    write("random_sweep.yaml", "method: random\nrecipe: recipes/dpo.yaml\nparameters: {beta: {min: 0.01, max: 0.5}}\n")
     write("empty.jsonl", "")
     write("notjson.jsonl", '{"prompt": "a",\n')
     write("nocolumn.jsonl", json.dumps({"prompt": "a", "chosen": []}) + "\n")
