@@ -73,6 +73,10 @@ def build(recipe, folder):
     recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
+    if recipe.value("num_generations") is not None:  # a family that generates: TRL never truncates its prompts
+        from rlhf_recipes.model_checks import check_prompt_positions
+
+        check_prompt_positions(recipe, tokenizer, train)
     model = family.load_model(recipe, tokenizer)
     callbacks, interrupt, health = run_callbacks(recipe, folder)
     from rlhf_recipes.evaluation.callback import periodic_evaluation
