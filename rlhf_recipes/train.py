@@ -21,6 +21,7 @@ logger = logging.getLogger("rlhf_recipes")
 
 EXIT_INTERRUPTED = 130
 EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
+EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full disk)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +98,8 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
     start = time.time()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except FloatingPointError as e:  # a NaN / inf loss, gradient, weight or reward (callbacks.py, rewards/finite.py)
+        return report_failure(recipe, trainer, output_dir, time.time() - start, str(e))
     except BaseException as e:  # the folder says the run failed, and where, instead of looking unfinished
         if is_main_process():
             write_final_results(recipe, trainer, output_dir, time.time() - start, status="failed",
@@ -129,6 +132,31 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
     if interrupt.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_HEALTH_STOP if health.stopped_because else 0
+
+
+def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str) -> int:
+    """A failure the run understands (non-finite numbers): final_results.json says failed, at which step, and which
+    checkpoint is the last good one; the console gets one line, no traceback."""
+    from rlhf_recipes.checkpoints import find_resumable_checkpoint
+    from rlhf_recipes.report import write_final_results
+
+    last_good = find_resumable_checkpoint(output_dir).checkpoint
+    for callback in trainer.callback_handler.callbacks:  # end the progress bar's line: the error gets its own
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None
+    if is_main_process():
+        write_final_results(recipe, trainer, output_dir, wall, status="failed",
+                            extra={"error": reason, "last_good_checkpoint": last_good.name if last_good else None})
+        # No advice to resume with a lower learning rate: the scheduler state restored from the checkpoint keeps
+        # the old one (run_setup.py), so that would diverge again.
+        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it)" if last_good
+                else "no checkpoint was saved before it")
+        print(f"error: {reason}; {keep}", file=sys.stderr)
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+    return EXIT_FAILED
 
 
 def cli(argv: list[str] | None = None) -> int:

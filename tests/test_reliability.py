@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from conftest import RECIPES, read_metrics
+from rlhf_recipes.checkpoints import find_resumable_checkpoint
 from rlhf_recipes.train import main as train
 
 
@@ -62,3 +64,67 @@ def test_an_export_destination_that_cannot_be_written_is_named_before_loading(tm
     assert export([str(tmp_path / "no-run"), str(tmp_path / "afile" / "exported")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "OUT" in err[0] and "cannot be written" in err[0] and "afile is a file" in err[0], err
+
+
+# --------------------------------------------------------------------------------------
+# Class 7: NaN and inf stop the run as failed, in one line, with the last good checkpoint kept
+
+
+def test_a_learning_rate_that_makes_the_weights_nan_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    from rlhf_recipes.tools.run_folder import SavedRun
+
+    out = tmp_path / "run"
+    # A real divergence: 1e30 makes step 1's update overflow the next forward pass, so step 2 writes NaN weights
+    # (the Trainer's logging_nan_inf_filter used to hide the NaN losses and the run ended "finished").
+    line = fails(capsys, *tiny("dpo.yaml", out, "--learning_rate", "1e30", "--max_steps", "6", "--save_strategy",
+                               "steps", "--save_steps", "1"), code=1)
+    assert "the weights are not finite after step 2" in line and "checkpoint-1, is kept" in line, line
+    results = json.loads((out / "final_results.json").read_text())
+    assert results["status"] == "failed" and results["steps"] == 2 and results["last_good_checkpoint"] == "checkpoint-1"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # no checkpoint holds the NaNs
+    assert SavedRun.open(out).status == "failed at step 2"
+    assert find_resumable_checkpoint(out).checkpoint == out / "checkpoint-1"  # complete: what --resume takes
+    assert all(math.isfinite(v) for r in read_metrics(out) for v in r.values() if isinstance(v, float))
+
+
+def test_a_nan_gradient_norm_is_an_error_even_when_the_logged_loss_is_finite():
+    from transformers import TrainerControl, TrainerState
+
+    from rlhf_recipes.callbacks import HealthCallback
+
+    state = TrainerState()
+    state.global_step = 4
+    with pytest.raises(FloatingPointError, match="gradient norm is nan at step 4"):
+        HealthCallback().on_log(None, state, TrainerControl(), logs={"loss": 0.7, "grad_norm": float("nan")})
+
+
+def test_a_reward_function_returning_nan_stops_the_run_naming_it_and_the_completion(tmp_path, capsys, monkeypatch):
+    import rewards
+
+    def nan_for_one(completions, **_):
+        return [float("nan") if i == 1 else 1.0 for i in range(len(completions))]
+
+    monkeypatch.setitem(rewards.REWARDS, "nan_for_one", nan_for_one)
+    out = tmp_path / "run"
+    line = fails(capsys, *tiny("grpo.yaml", out, "--reward_funcs", "nan_for_one", "--reward_weights", "1",
+                               "--max_steps", "1"), code=1)
+    assert "reward function `nan_for_one` returned nan for completion 1 of its batch (" in line, line
+    assert json.loads((out / "final_results.json").read_text())["status"] == "failed"
+    assert not (out / "rollouts.sqlite").exists() or _stored_rewards(out / "rollouts.sqlite") == []
+
+
+def _stored_rewards(path: Path) -> list:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT reward FROM rollouts").fetchall()
+
+
+def test_none_still_means_does_not_apply():
+    from rewards.finite import finite_only
+
+    def sometimes(completions, **_):
+        return [None, 0.5]
+
+    assert finite_only(sometimes)(completions=["a", "b"]) == [None, 0.5]
+    assert finite_only(sometimes).__name__ == "sometimes"
