@@ -18,6 +18,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from rlhf_recipes.checkpoints import write_manifest
+from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.report import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +49,20 @@ class MetricsFileCallback(TrainerCallback):
         if self.resume_step is None:
             self.path.write_text("")
         elif self.path.exists():
-            # Rows logged after the checkpoint we resume from will be logged again: keep one copy.
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= self.resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            # Rows logged after the checkpoint we resume from will be logged again: keep one copy (and drop a
+            # row torn by a full disk or a kill, which read_metrics skips).
+            kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= self.resume_step]
+            atomic_write_text(self.path, "".join(json.dumps(row, default=float) + "\n" for row in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
         row = {"step": state.global_step, "epoch": state.epoch, **logs}
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=float) + "\n")
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row, default=float) + "\n")
+        except OSError as e:  # a write error names no file: say which one (the runner's one-line report uses it)
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
 
 class InterruptCallback(TrainerCallback):

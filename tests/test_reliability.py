@@ -128,3 +128,85 @@ def test_none_still_means_does_not_apply():
 
     assert finite_only(sometimes)(completions=["a", "b"]) == [None, 0.5]
     assert finite_only(sometimes).__name__ == "sometimes"
+
+
+# --------------------------------------------------------------------------------------
+# Class 8: a full disk ends the run in one line, failed, resumable; result files are whole or absent
+
+
+def _enospc(path) -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+def test_a_full_disk_while_saving_a_checkpoint_fails_in_one_line_and_resume_continues(tmp_path, capsys, monkeypatch):
+    import io
+
+    import torch
+
+    from rlhf_recipes.tools.run_folder import SavedRun
+
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):  # the disk fills up halfway through checkpoint-4's optimizer state
+        if str(f).endswith("checkpoint-4/optimizer.pt"):
+            buffer = io.BytesIO()
+            real_save(obj, buffer)
+            Path(f).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            raise _enospc(f)
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    out = tmp_path / "run"
+    line = fails(capsys, *tiny("dpo.yaml", out, "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2"),
+                 code=1)
+    assert f"no space left on device while writing {out}/checkpoint-4/optimizer.pt" in line, line
+    assert "the last good checkpoint, checkpoint-2, is kept" in line, line
+    results = json.loads((out / "final_results.json").read_text())
+    assert results["status"] == "failed" and results["steps"] == 4 and results["last_good_checkpoint"] == "checkpoint-2"
+    assert SavedRun.open(out).status == "failed at step 4"
+    assert not (out / "checkpoint-4").exists()  # the torn save is removed: its space is what the results need
+    monkeypatch.setattr(torch, "save", real_save)  # space freed: --resume continues from checkpoint-2
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    assert json.loads((out / "final_results.json").read_text())["status"] == "finished"
+    assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_result_file_on_a_full_filesystem_is_never_left_empty(tmp_path):
+    """final_results.json onto a real full filesystem (a 64 KiB tmpfs): the old file stays whole, no temporary is
+    left. Needs permission to mount (root in a container that allows it); skipped elsewhere."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.report import write_final_results
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        old = '{"status": "finished", "steps": 3}\n'
+        (disk / "final_results.json").write_text(old)
+        with pytest.raises(OSError) as filled, (disk / "filler").open("wb") as f:
+            while True:
+                f.write(b"x" * 4096)
+                f.flush()
+        assert filled.value.errno == errno.ENOSPC
+        recipe = load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "tiny"], construct=False)
+        trainer = SimpleNamespace(args=SimpleNamespace(world_size=1, per_device_train_batch_size=2,
+                                                       gradient_accumulation_steps=1),
+                                  state=SimpleNamespace(global_step=3))
+        with pytest.raises(OSError) as e:
+            write_final_results(recipe, trainer, disk, 1.0, status="failed", extra={"error": "x" * 8192})
+        assert e.value.errno == errno.ENOSPC
+        assert (disk / "final_results.json").read_text() == old
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "final_results.json"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_metrics_row_torn_by_a_full_disk_is_skipped_where_rows_are_read(tmp_path):
+    from rlhf_recipes.report import read_metrics as rows
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n{"step": 2, "lo')
+    assert rows(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": 0.7}]

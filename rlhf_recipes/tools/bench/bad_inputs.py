@@ -110,6 +110,8 @@ CASES: tuple[Case, ...] = (
     Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
     Case("runs", "output_dir that cannot be written (a file in the way)", _tiny("dpo.yaml", "--output_dir",
                                                                               "{s}/afile/run")),
+    Case("runs", "learning rate 1e30 (NaN weights): failed, last good checkpoint kept",
+         _tiny("dpo.yaml", "--output_dir", "{s}/nan", "--learning_rate", "1e30", "--max_steps", "4"), expect=1),
     Case("runs", "learning rate 10 (divergence), stop on health", _tiny("dpo.yaml", "--output_dir", "{s}/diverge",
                                                                         "--learning_rate", "10", "--max_steps", "8",
                                                                         "--stop_on_health_warning"), expect=3),
