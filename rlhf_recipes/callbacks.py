@@ -165,7 +165,7 @@ class HealthCallback(TrainerCallback):
         # The logged loss cannot be trusted to show a NaN: the Trainer's logging_nan_inf_filter replaces a
         # non-finite loss by the mean of the finite ones. The weights can: once the optimizer has written a NaN
         # or inf into them every later step is garbage. Checked every optimizer step, before the step is logged
-        # or saved, so no checkpoint ever holds them (one fused isfinite per tensor, a single sync).
+        # or saved, so no checkpoint ever holds them (a min/max reduction per tensor, one sync).
         name = first_nonfinite_parameter(model) if model is not None else None
         if name is not None:
             raise FloatingPointError(f"the weights are not finite after step {state.global_step} (first: {name}): "
@@ -207,7 +207,10 @@ def first_nonfinite_parameter(model) -> str | None:
         return None
     with torch.no_grad():
         device = params[0][1].device
-        flags = torch.stack([torch.isfinite(p).all().to(device) for _, p in params])
+        # min and max propagate NaN and show inf, and reduce without a tensor-sized temporary (isfinite(p) would
+        # allocate one the size of the largest weight, e.g. an embedding, every step).
+        flags = torch.stack([torch.isfinite(torch.stack(torch.aminmax(p.detach()))).all().to(device)
+                             for _, p in params])
         if bool(flags.all()):
             return None
         return params[int((~flags).nonzero()[0, 0])][0]
