@@ -19,6 +19,7 @@ from typing import Callable
 
 from rewards.length import make_overlong_penalty_reward, overlong_penalty_reward
 from rewards.final_answer import gsm8k_reward
+from rewards.finite import NonFiniteReward, finite_only
 from rewards.reasoning_tasks import binary_reward, correctness_reward, format_reward, total_reward
 from rewards.reward_model import RM_PREFIX
 
@@ -84,12 +85,13 @@ def get_reward(name: str, **options) -> RewardFunc:
 
 
 def build_reward_funcs(names: list[str], **options) -> list[RewardFunc]:
+    """The functions a trainer calls, each checked for NaN / inf rewards (rewards/finite.py)."""
     check_names(list(names))
-    return [get_reward(n, **options) for n in names]
+    return [finite_only(get_reward(n, **options)) for n in names]
 
 
 __all__ = [
     "REWARDS", "register", "get_reward", "build_reward_funcs", "check_names",
     "correctness_reward", "format_reward", "total_reward", "binary_reward", "overlong_penalty_reward",
-    "make_overlong_penalty_reward", "gsm8k_reward",
+    "make_overlong_penalty_reward", "gsm8k_reward", "NonFiniteReward", "finite_only",
 ]

@@ -18,6 +18,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from rlhf_recipes.checkpoints import write_manifest
+from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.report import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +49,20 @@ class MetricsFileCallback(TrainerCallback):
         if self.resume_step is None:
             self.path.write_text("")
         elif self.path.exists():
-            # Rows logged after the checkpoint we resume from will be logged again: keep one copy.
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= self.resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            # Rows logged after the checkpoint we resume from will be logged again: keep one copy (and drop a
+            # row torn by a full disk or a kill, which read_metrics skips).
+            kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= self.resume_step]
+            atomic_write_text(self.path, "".join(json.dumps(row, default=float) + "\n" for row in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
         row = {"step": state.global_step, "epoch": state.epoch, **logs}
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=float) + "\n")
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row, default=float) + "\n")
+        except OSError as e:  # a write error names no file: say which one (the runner's one-line report uses it)
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
 
 class InterruptCallback(TrainerCallback):
@@ -126,7 +131,8 @@ class CheckpointManifestCallback(TrainerCallback):
 class HealthCallback(TrainerCallback):
     """Watches the logged loss and gradient norm; reports trouble as it happens.
 
-    - a non-finite loss stops the run with an error (training on it would only spread NaNs);
+    - a non-finite loss, gradient norm or trainable weight stops the run with an error (training on it would
+      only spread NaNs); the runner reports it as a failed run in one line (train.py);
     - a loss that explodes against its own start: |loss - start| > EXPLODE x max(|start|, 1), where
       start is the first logged loss; the floor of 1 keeps a loss that starts near zero (policy
       gradients) from being flagged for ordinary noise;
@@ -155,6 +161,16 @@ class HealthCallback(TrainerCallback):
             self.stopped_because = f"{check} at step {state.global_step}: {message}"
             control.should_training_stop = True
 
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # The logged loss cannot be trusted to show a NaN: the Trainer's logging_nan_inf_filter replaces a
+        # non-finite loss by the mean of the finite ones. The weights can: once the optimizer has written a NaN
+        # or inf into them every later step is garbage. Checked every optimizer step, before the step is logged
+        # or saved, so no checkpoint ever holds them (a min/max reduction per tensor, one sync).
+        name = first_nonfinite_parameter(model) if model is not None else None
+        if name is not None:
+            raise FloatingPointError(f"the weights are not finite after step {state.global_step} (first: {name}): "
+                                     "the run diverged; lower the learning rate")
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "loss" not in logs:
             return
@@ -164,6 +180,9 @@ class HealthCallback(TrainerCallback):
                 f"loss is {loss} at step {state.global_step}: the run diverged. Lower the learning rate, check the "
                 "data for empty responses, or resume from the last checkpoint with --resume."
             )
+        if grad_norm is not None and not math.isfinite(grad_norm):
+            raise FloatingPointError(f"gradient norm is {grad_norm} at step {state.global_step}: the run diverged; "
+                                     "lower the learning rate or check the data")
         if self.start_loss is None:
             self.start_loss = loss
         elif abs(loss - self.start_loss) > self.EXPLODE * max(abs(self.start_loss), 1.0):
@@ -176,3 +195,22 @@ class HealthCallback(TrainerCallback):
                        f"gradient norm {grad_norm:.3g} while the loss moved ({self.previous_loss:.4g} -> {loss:.4g}): "
                        "no gradient reaches the weights (a detached loss, frozen parameters or an underflow)")
         self.previous_loss = loss
+
+
+def first_nonfinite_parameter(model) -> str | None:
+    """The name of the first trainable parameter holding a NaN or inf, or None (frozen weights are not checked:
+    the optimizer never writes them, and a 4-bit base would cost a dequantization)."""
+    import torch
+
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.numel()]
+    if not params:
+        return None
+    with torch.no_grad():
+        device = params[0][1].device
+        # min and max propagate NaN and show inf, and reduce without a tensor-sized temporary (isfinite(p) would
+        # allocate one the size of the largest weight, e.g. an embedding, every step).
+        flags = torch.stack([torch.isfinite(torch.stack(torch.aminmax(p.detach()))).all().to(device)
+                             for _, p in params])
+        if bool(flags.all()):
+            return None
+        return params[int((~flags).nonzero()[0, 0])][0]

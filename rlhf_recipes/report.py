@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from rlhf_recipes.disk import atomic_write_text
+
 PLOT_SKIP = {"step", "epoch", "learning_rate", "total_flos", "train_runtime", "train_samples_per_second",
              "train_steps_per_second", "train_loss"}
 
@@ -19,14 +21,25 @@ def write_config(recipe, output_dir: Path, resolved: dict[str, Any] | None = Non
     path = output_dir / "config.yaml"
     header = (f"# Resolved recipe of this run (from {recipe.source}, world size {recipe.world_size}).\n"
               f"# Re-run it with: python recipes/run.py {path}\n")
-    path.write_text(header + yaml.safe_dump(recipe.resolved if resolved is None else resolved, sort_keys=False))
+    atomic_write_text(path, header + yaml.safe_dump(recipe.resolved if resolved is None else resolved,
+                                                    sort_keys=False))
     return path
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's rows. A torn last row (its append cut short by a full disk or a kill) is skipped;
+    a bad row anywhere else is an error."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise
+    return rows
 
 
 def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -71,9 +84,8 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "final_metrics": last_values(rows),
         **(extra or {}),
     }
-    path = output_dir / FINAL_RESULTS
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return path
+    # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".
+    return atomic_write_text(output_dir / FINAL_RESULTS, json.dumps(results, indent=2, default=str) + "\n")
 
 
 def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:

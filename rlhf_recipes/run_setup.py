@@ -24,6 +24,7 @@ import yaml
 
 from rlhf_recipes.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir
 from rlhf_recipes.config import Recipe, RecipeError
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.report import read_metrics, write_config
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ class RunFolder:
         self._previous_config = config.read_text() if config.exists() else None
         if config.exists():
             self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
+        self._wrote_config = True  # set first: a write cut short by a full disk is undone by `abandon` too
         write_config(recipe, self.output_dir, self.resolved)
-        self._wrote_config = True
 
     def started(self) -> None:
         """Training has begun: the overwritten run is deleted for good."""
@@ -102,7 +103,7 @@ class RunFolder:
             return
         config = self.output_dir / "config.yaml"
         if self._previous_config is not None:
-            config.write_text(self._previous_config)
+            atomic_write_text(config, self._previous_config)
             # Its time too: config.yaml newer than final_results.json means "a start in progress" to the tools
             # (rlhf_recipes/tools/run_folder.py), and this start never happened.
             os.utime(config, ns=self._previous_config_times)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
+from rlhf_recipes.disk import disk_full
 from rlhf_recipes.quiet import explain_once, quiet_known_noise
 from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
 from rlhf_recipes.validation import check_inputs
@@ -21,6 +23,7 @@ logger = logging.getLogger("rlhf_recipes")
 
 EXIT_INTERRUPTED = 130
 EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
+EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full disk)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             report_error(e)
             return 2
         return 0
+    folder = None
     try:
         recipe = load_recipe(argv, construct=False)
         folder = prepare_output_dir(recipe)
@@ -41,6 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as e:
         report_error(e)
         return 2
+    except OSError as e:  # config.yaml could not be written
+        where = disk_full(e)
+        if where is None:
+            raise
+        try:
+            if folder is not None:
+                folder.abandon()  # an --overwrite moved the old run aside: put it back
+        except OSError:
+            pass
+        report_error(RecipeError(f"no space left on device while writing {where}; nothing was started"))
+        return EXIT_FAILED
     configure_reporting(recipe)
     explain_once(recipe)
     try:
@@ -73,6 +88,10 @@ def build(recipe, folder):
     recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
+    if recipe.value("num_generations") is not None:  # a family that generates: TRL never truncates its prompts
+        from rlhf_recipes.model_checks import check_prompt_positions
+
+        check_prompt_positions(recipe, tokenizer, train)
     model = family.load_model(recipe, tokenizer)
     callbacks, interrupt, health = run_callbacks(recipe, folder)
     from rlhf_recipes.evaluation.callback import periodic_evaluation
@@ -87,18 +106,37 @@ def build(recipe, folder):
 
 
 def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
-    from rlhf_recipes.report import plot_curves, write_final_results
+    from rlhf_recipes.report import write_final_results
 
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
     start = time.time()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except FloatingPointError as e:  # a NaN / inf loss, gradient, weight or reward (callbacks.py, rewards/finite.py)
+        return report_failure(recipe, trainer, output_dir, time.time() - start, str(e))
     except BaseException as e:  # the folder says the run failed, and where, instead of looking unfinished
+        where = disk_full(e, output_dir)
+        if where is not None:
+            return report_failure(recipe, trainer, output_dir, time.time() - start,
+                                  f"no space left on device while writing {where}", full_disk=True)
         if is_main_process():
             write_final_results(recipe, trainer, output_dir, time.time() - start, status="failed",
                                 extra={"error": f"{type(e).__name__}: {e}"})
         raise
     wall = time.time() - start
+    try:
+        return finish(recipe, output_dir, trainer, family, interrupt, health, wall)
+    except OSError as e:  # the final model or results met a full disk
+        where = disk_full(e, output_dir)
+        if where is None:
+            raise
+        return report_failure(recipe, trainer, output_dir, wall, f"no space left on device while writing {where}",
+                              full_disk=True)
+
+
+def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: float) -> int:
+    """Training ended without an error: the final model, final_results.json, curves.png."""
+    from rlhf_recipes.report import plot_curves, write_final_results
 
     stopped = interrupt.interrupted or health.stopped_because is not None
     if not stopped:
@@ -125,6 +163,43 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
     if interrupt.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_HEALTH_STOP if health.stopped_because else 0
+
+
+def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, full_disk: bool = False) -> int:
+    """A failure the run understands (non-finite numbers, a full disk): final_results.json says failed, at which
+    step, and which checkpoint is the last good one; the console gets one line, no traceback."""
+    from rlhf_recipes.checkpoints import find_resumable_checkpoint
+    from rlhf_recipes.report import write_final_results
+
+    point = find_resumable_checkpoint(output_dir)
+    if full_disk and is_main_process():
+        # A save the disk cut short has no manifest, so --resume would skip it anyway: removing it frees the
+        # space final_results.json needs, and leaves only checkpoints that resume.
+        for folder, why in point.skipped:
+            if "no manifest" in why:
+                shutil.rmtree(folder, ignore_errors=True)
+    last_good = point.checkpoint
+    for callback in trainer.callback_handler.callbacks:  # end the progress bar's line: the error gets its own
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None
+    if is_main_process():
+        try:
+            write_final_results(recipe, trainer, output_dir, wall, status="failed",
+                                extra={"error": reason, "last_good_checkpoint": last_good.name if last_good else None})
+        except OSError as e:
+            if disk_full(e) is None:
+                raise
+            reason += " (final_results.json could not be written either: rlhf-recipes runs shows no result)"
+        # No advice to resume with a lower learning rate: the scheduler state restored from the checkpoint keeps
+        # the old one (run_setup.py), so that would diverge again.
+        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it)" if last_good
+                else "no checkpoint was saved before it")
+        print(f"error: {reason}; {keep}", file=sys.stderr)
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+    return EXIT_FAILED
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from rewards.reward_model import RM_PREFIX
 from rewards.reward_model_files import resolve_reward_model_dir
 from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.paths import unwritable_reason
 
 # key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.
 Rule = tuple[Callable[[Any], bool], str]
@@ -59,7 +60,8 @@ RANGES: dict[str, Rule] = {
     "gamma": (lambda v: 0 <= v <= 1, "a discount in [0, 1]"),
     "lam": (lambda v: 0 <= v <= 1, "a GAE lambda in [0, 1]"),
     "vf_coef": (lambda v: v >= 0, "a number >= 0"),
-    "seed": (lambda v: v >= 0, "an integer >= 0"),
+    "seed": (lambda v: 0 <= v <= 2**32 - 1, "an integer in [0, 4294967295] (numpy seeds are 32-bit)"),
+    "lora_r": (lambda v: v >= 1, "a LoRA rank of at least 1 (e.g. 16)"),
     "eval_every": (lambda v: v >= 0, "a number of optimizer steps >= 0 (0 turns periodic evaluation off)"),
     "eval_problems": (lambda v: v >= 1, "at least 1 held-out problem"),
 }
@@ -276,6 +278,13 @@ def check_inputs(recipe) -> None:
 
     args = recipe.args
     check_extras(recipe)
+    output_dir = recipe.value("output_dir")
+    problem = unwritable_reason(output_dir)
+    if problem:
+        raise RecipeError(f"{recipe.where('output_dir')} {output_dir} cannot be written: {problem}. Pick another "
+                          "--output_dir")
+    from rlhf_recipes.model_checks import check_model_settings
+
     source = SOURCES.get(args.dataset)
     if args.data_files and source is not None:
         check_local_data(args.data_files, source, recipe.where("data_files"))
@@ -286,6 +295,7 @@ def check_inputs(recipe) -> None:
 
     check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
                 chat_template=family_of(recipe.algorithm).needs_chat_template)
+    check_model_settings(recipe)  # quantization without LoRA, lengths past the model's positions, LoRA targets
     names = recipe.value("reward_funcs") or []
     if names:
         import rewards

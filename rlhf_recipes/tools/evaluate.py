@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe
+from rlhf_recipes.disk import atomic_write_text
 
 SPLITS = ("heldout", "eval", "all")  # eval: the former name of heldout (the reward models' held-out split)
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_report(result)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    atomic_write_text(output, json.dumps(result, indent=2, default=str) + "\n")  # never a half-written result
     print(f"wrote {output}")
     return 0
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.tools.run_folder import RunFolderError
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
@@ -38,6 +39,9 @@ def check_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunFolderError(f"OUT {out}: exists and is not an empty folder; pick a new path (export never "
                              "overwrites)")
+    problem = unwritable_reason(out)
+    if problem:  # found now, not after the model has been loaded and half written
+        raise RunFolderError(f"OUT {out}: cannot be written: {problem}; pick a writable path")
 
 
 def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[str, Any]:

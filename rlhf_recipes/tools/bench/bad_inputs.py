@@ -78,6 +78,9 @@ CASES: tuple[Case, ...] = (
     Case("numbers", "clip range 0", _tiny("grpo.yaml", "--epsilon", "0")),
     Case("numbers", "GAE lambda 1.2", _tiny("ppo.yaml", "--lam", "1.2")),
     Case("numbers", "num_samples 0", _tiny("dpo.yaml", "--num_samples", "0")),
+    Case("numbers", "seed beyond 2**32-1", _tiny("dpo.yaml", "--seed", "4294967296")),
+    Case("numbers", "LoRA rank 0", _tiny("dpo.yaml", "--use_peft", "true", "--lora_r", "0")),
+    Case("numbers", "max_length 1e8, past the model's positions", _tiny("dpo.yaml", "--max_length", "1e8")),
     # Data
     Case("data", "data file missing", _tiny("dpo.yaml", "--data_files", "{s}/nope.jsonl")),
     Case("data", "data file empty", _tiny("dpo.yaml", "--data_files", "{s}/empty.jsonl")),
@@ -90,6 +93,11 @@ CASES: tuple[Case, ...] = (
     Case("models", "empty model folder", _tiny("dpo.yaml", "--model_name_or_path", "{s}/empty-model")),
     Case("models", "model folder without weights", _tiny("dpo.yaml", "--model_name_or_path", "{s}/config-only")),
     Case("models", "model folder without tokenizer", _tiny("dpo.yaml", "--model_name_or_path", "{s}/no-tokenizer")),
+    Case("models", "load_in_4bit without LoRA", _tiny("dpo.yaml", "--load_in_4bit", "true")),
+    Case("models", "LoRA target module the model lacks", _tiny("dpo.yaml", "--use_peft", "true",
+                                                                 "--lora_target_modules", "q_proj,query_key_value")),
+    Case("models", "GRPO prompt + completion past the model's positions", _tiny("grpo.yaml",
+                                                                                "--max_completion_length", "2040")),
     Case("models", "hub model not cached, offline", _tiny("dpo.yaml", "--model_name_or_path", "nobody/not-a-model")),
     # Rewards
     Case("rewards", "reward function misspelt", _tiny("grpo.yaml", "--reward_funcs", "correctnes_reward")),
@@ -100,6 +108,10 @@ CASES: tuple[Case, ...] = (
     Case("runs", "--resume with no checkpoint", _tiny("dpo.yaml", "--resume")),
     Case("runs", "--resume and --overwrite together", _tiny("dpo.yaml", "--resume", "--overwrite")),
     Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
+    Case("runs", "output_dir that cannot be written (a file in the way)", _tiny("dpo.yaml", "--output_dir",
+                                                                              "{s}/afile/run")),
+    Case("runs", "learning rate 1e30 (NaN weights): failed, last good checkpoint kept",
+         _tiny("dpo.yaml", "--output_dir", "{s}/nan", "--learning_rate", "1e30", "--max_steps", "4"), expect=1),
     Case("runs", "learning rate 10 (divergence), stop on health", _tiny("dpo.yaml", "--output_dir", "{s}/diverge",
                                                                         "--learning_rate", "10", "--max_steps", "8",
                                                                         "--stop_on_health_warning"), expect=3),
@@ -114,6 +126,7 @@ CASES: tuple[Case, ...] = (
     _tool("tools", "runs: folder missing", "runs", "{s}/no-outputs"),
     _tool("tools", "chat: run folder missing", "chat", "{s}/no-run"),
     _tool("tools", "export: run folder missing", "export", "{s}/no-run", "{s}/exported"),
+    _tool("tools", "export: destination cannot be written", "export", "{s}/existing", "{s}/afile/exported"),
     _tool("tools", "nano-book: unknown algorithm", "nano-book", "--algorithms", "grpoo"),
     _tool("tools", "sweep: unknown grid key", "sweep", "{r}/dpo.yaml", "--profile", "tiny", "--grid", "betta=0.1",
           "--out", "{s}/sweep"),
@@ -130,6 +143,7 @@ CASES: tuple[Case, ...] = (
 def make_scratch(folder: Path) -> None:
     """The files the cases point at."""
     write = lambda name, text: (folder / name).write_text(text)  # noqa: E731
+    write("afile", "a file where a folder is wanted\n")
     write("typo.yaml", "algorithm: dpo\nlearnig_rate: 1.0e-6\n")
     write("algo.yaml", "algorithm: dpoo\n")
     write("noalgo.yaml", "beta: 0.1\n")
