@@ -74,3 +74,13 @@ def test_the_patterns_catch_what_they_are_for():
     assert MACHINE_PATH.search('"output_dir": "/tmp/nb/sapo"') and MACHINE_PATH.search("/home/ann/x")
     assert MACHINE_PATH.search("/root/.cache") and not MACHINE_PATH.search("~/.cache/rlhf-recipes and a/tmp/b")
     assert RUN_ID.findall("grpo (vjp7lgdi), 5s29syo6, orpo") == ["vjp7lgdi", "5s29syo6"]
+
+
+def test_the_bad_input_count_the_docs_state_is_the_batterys():
+    """docs/setup.md and docs/tools.md say how many mistakes `rlhf-recipes bench-errors` tries: the battery's size."""
+    from rlhf_recipes.tools.bench.bad_inputs import CASES
+
+    stated = {int(n) for page in ("docs/setup.md", "docs/tools.md")
+              for n in re.findall(r"(\d+) (?:such mistakes|mistakes a user makes|cases, another checkout)",
+                                  _text(REPO / page))}
+    assert stated == {len(CASES)}, stated
