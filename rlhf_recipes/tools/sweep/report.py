@@ -18,6 +18,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
 from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
@@ -184,8 +185,9 @@ def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
     from rlhf_recipes.tools.sweep.plot import plot
 
     report = build(spec, sweep_dir)
-    (sweep_dir / f"{STEM}.json").write_text(json.dumps(json_safe(report), indent=2) + "\n", encoding="utf-8")
-    (sweep_dir / f"{STEM}.txt").write_text(text(report), encoding="utf-8")
+    # Atomic (rlhf_recipes/disk.py): the report is rewritten as runs finish, while people and scripts read it.
+    atomic_write_text(sweep_dir / f"{STEM}.json", json.dumps(json_safe(report), indent=2) + "\n")
+    atomic_write_text(sweep_dir / f"{STEM}.txt", text(report))
     plot(report, sweep_dir, sweep_dir / f"{STEM}.png")
     return report
 

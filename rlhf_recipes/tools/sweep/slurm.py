@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.tools.sweep.executor import Job
 
 JOBS_FILE = "sweep_jobs.json"
@@ -25,7 +26,7 @@ SBATCH_FILE = "sweep.sbatch"
 def write_jobs(sweep_dir: Path, jobs: list[Job], launcher: str | None) -> Path:
     path = sweep_dir / JOBS_FILE
     rows = [{**asdict(job), "folder": str(job.folder.resolve())} for job in jobs]
-    path.write_text(json.dumps({"launcher": launcher, "jobs": rows}, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps({"launcher": launcher, "jobs": rows}, indent=2) + "\n")  # tasks read it
     return path
 
 

@@ -15,6 +15,7 @@ import socket
 import time
 from pathlib import Path
 
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.tools.sweep.spec import SweepSpec
 
@@ -55,7 +56,7 @@ class SweepLock:
 def save(spec: SweepSpec, sweep_dir: Path) -> None:
     data = {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
             "overrides": spec.overrides, "metric": spec.metric, "goal": spec.goal, "source": spec.source}
-    (sweep_dir / SPEC_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(sweep_dir / SPEC_FILE, json.dumps(data, indent=2) + "\n")
 
 
 def load(sweep_dir: Path) -> SweepSpec | None:
