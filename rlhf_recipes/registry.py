@@ -292,7 +292,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             # KL (beta 0) in the reward. Book run ku3r3g9j.
             defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
-                      "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
+                      "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False,
+                      "value_optimizer": "joint"},  # one Adam over policy + value, one joint clip (train.py)
             nano={"generation_batch_size": 64},  # the book's 16 prompts x 1 rollout, x4 like the family's nano shape
         ),
         # --- supervised fine-tuning (book chapter 4) ---------------------------------------
