@@ -149,8 +149,9 @@ def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
     return dict(family="rejection_sampling", chapter="9", **_BOOK_RS,
                 paper="Nakano et al. 2021 (WebGPT, best-of-n); Touvron et al. 2023 (Llama 2, rejection sampling "
                       "fine-tuning); Dong et al. 2023 (RAFT)",
+                # The book's SFT stage takes the partial last step of an epoch, each micro-batch loss / batch_acc.
                 defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
-                          "drop_partial_steps": True},
+                          "drop_partial_steps": False, "partial_step_scale": "accumulation"},
                 key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
                 book_runs=(run,), book_metrics=rs_metrics(),
                 book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
