@@ -149,8 +149,9 @@ def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
     return dict(family="rejection_sampling", chapter="9", **_BOOK_RS,
                 paper="Nakano et al. 2021 (WebGPT, best-of-n); Touvron et al. 2023 (Llama 2, rejection sampling "
                       "fine-tuning); Dong et al. 2023 (RAFT)",
+                # The book's SFT stage takes the partial last step of an epoch, each micro-batch loss / batch_acc.
                 defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
-                          "drop_partial_steps": True},
+                          "drop_partial_steps": False, "partial_step_scale": "accumulation"},
                 key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
                 book_runs=(run,), book_metrics=rs_metrics(),
                 book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
@@ -292,7 +293,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             # KL (beta 0) in the reward. Book run ku3r3g9j.
             defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
-                      "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False},
+                      "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False,
+                      "value_optimizer": "joint"},  # one Adam over policy + value, one joint clip (train.py)
             nano={"generation_batch_size": 64},  # the book's 16 prompts x 1 rollout, x4 like the family's nano shape
         ),
         # --- supervised fine-tuning (book chapter 4) ---------------------------------------

@@ -152,9 +152,21 @@ def test_config_validates_ppo_options(tmp_path):
     for bad, match in [({"advantage_estimator": "zscore"}, "GAE"), ({"lam": 1.5}, "lam must be in"),
                        ({"kl_reward_shape": "sum"}, "kl_reward_shape"), ({"loss_type": "dapo"}, "aggregation"),
                        ({"share_value_backbone": True, "value_model_path": "x"}, "one or the other"),
-                       ({"vf_coef": -1.0}, "vf_coef"), ({"ref_dtype": "bf16"}, "ref_dtype")]:
+                       ({"vf_coef": -1.0}, "vf_coef"), ({"ref_dtype": "bf16"}, "ref_dtype"),
+                       ({"value_optimizer": "both"}, "value_optimizer must be one of"),
+                       ({"value_learning_rate": 1e-5}, "set value_optimizer: separate")]:
         with pytest.raises(ValueError, match=match):
             PPOConfig(**{**base, **bad})
+    assert cfg.value_optimizer == "joint" and cfg.value_learning_rate is None  # the book: one optimizer, one LR
+
+
+def test_deepspeed_needs_the_separate_value_optimizer(tmp_path, monkeypatch):
+    from custom_losses.ppo.config import PPOConfig
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # what `accelerate launch` sets for a DeepSpeed config
+    with pytest.raises(ValueError, match="under DeepSpeed set value_optimizer: separate"):
+        PPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=2,
+                  gradient_accumulation_steps=4, generation_batch_size=16, num_generations=1)
 
 
 def test_models_in_memory_for_planning(tmp_path):
@@ -320,14 +332,87 @@ def test_ppo_options_share_backbone_and_lora(tmp_path):
     assert all(math.isfinite(r["loss"]) for r in read_metrics(tmp_path / "lora") if "loss" in r)
 
 
-def test_resume_restores_the_value_model(tmp_path):
+def _book_update(trainer, grads) -> torch.Tensor:
+    """One update as Trainer's loop makes it at an accumulation boundary: clip, callbacks, step, zero."""
+    for p, g in zip(trainer._test_params, grads):
+        p.grad = g.clone()
+    norm = trainer._clip_grad_norm(trainer.model)
+    handler, args = trainer.callback_handler, trainer.args
+    trainer.control = handler.on_pre_optimizer_step(args, trainer.state, trainer.control)
+    trainer.optimizer.step()
+    trainer.control = handler.on_optimizer_step(args, trainer.state, trainer.control)
+    trainer.model.zero_grad()
+    return norm
+
+
+@pytest.mark.parametrize("mode", ["joint", "separate"])
+def test_value_optimizer_joint_is_the_books_one_adam_and_one_clip(tmp_path, mode):
+    """joint (default; the book's train.py): ONE torch.optim.Adam over the policy's and the value model's
+    parameters, clip_grad_norm_ over both gradients together at max_norm 1.0, one step. separate: the value model
+    has its own Adam (value_learning_rate) and clipping. Two steps: Adam's first step ignores the gradient's scale,
+    the second shows the clipping of the first. A large value gradient shrinks the policy's update only in joint."""
+    extra = ["--value_optimizer", mode] + (["--value_learning_rate", "1e-4"] if mode == "separate" else [])
+    trainer, _ = tiny_ppo_trainer(tmp_path, "--max_steps", "2", "--learning_rate", "1e-3", *extra)
+    assert trainer.args.max_grad_norm == 1.0
+    trainer._setup_value_training(2)
+    trainer.create_optimizer_and_scheduler(2)
+    policy = [p for p in trainer.model.parameters() if p.requires_grad]
+    value = [p for p in trainer.value_model.parameters() if p.requires_grad]
+    trainer._test_params = policy + value
+    owned = {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    assert owned == {id(p) for p in (policy + value if mode == "joint" else policy)}
+
+    ref_policy = [p.detach().clone().requires_grad_() for p in policy]
+    ref_value = [p.detach().clone().requires_grad_() for p in value]
+    lone_policy = [p.detach().clone().requires_grad_() for p in policy]  # the policy clipped alone
+    if mode == "joint":
+        books = [(torch.optim.Adam(ref_policy + ref_value, lr=1e-3), ref_policy + ref_value)]
+    else:
+        books = [(torch.optim.Adam(ref_policy, lr=1e-3), ref_policy), (torch.optim.Adam(ref_value, lr=1e-4), ref_value)]
+    lone = torch.optim.Adam(lone_policy, lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    start = [p.detach().clone() for p in policy]
+    for value_scale in (100.0, 0.0):  # a large value gradient, then none
+        grads = [torch.randn(p.shape, generator=gen) * 1e-3 for p in policy]
+        grads += [torch.randn(p.shape, generator=gen) * value_scale for p in value]
+        norm = _book_update(trainer, grads)
+        joint_norm = torch.nn.utils.get_total_norm(grads)
+        for params_opt in (*books, (lone, lone_policy)):
+            optimizer, params = params_opt
+            for p, g in zip(params, grads if params is not ref_value else grads[len(policy):]):
+                p.grad = g.clone()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if mode == "joint":
+            assert float(norm) == pytest.approx(float(joint_norm), rel=1e-5)
+        assert all(p.grad is None for p in value), "the value gradients are cleared after the step"
+    for ours, book in zip(policy + value, ref_policy + ref_value):
+        torch.testing.assert_close(ours.detach(), book.detach(), rtol=0, atol=1e-6)
+
+    def moved(params):
+        return sum(float((p.detach() - s).abs().sum()) for p, s in zip(params, start))
+
+    if mode == "joint":  # the value gradient took part in the policy's clipping
+        assert moved(policy) < 0.9 * moved(lone_policy)
+    else:
+        torch.testing.assert_close(moved(policy), moved(lone_policy))
+
+
+@pytest.mark.parametrize("mode", ["joint", "separate"])
+def test_resume_restores_the_value_model(tmp_path, mode):
     # 32 prompts: the 4 steps are one pass, so a resume at step 2 continues the same data order and RNG.
     out = tmp_path / "saved"
-    run_recipe("ppo.yaml", out, "--num_samples", "32", "--save_strategy", "steps", "--save_steps", "2")
+    run_recipe("ppo.yaml", out, "--num_samples", "32", "--save_strategy", "steps", "--save_steps", "2",
+               "--value_optimizer", mode)
     checkpoint = out / "checkpoint-2"
-    for name in ("checkpoint_manifest.json", "value_model/model.safetensors", "value_model/value_optimizer.pt",
-                 "value_model/value_scheduler.pt"):
+    for name in ("checkpoint_manifest.json", "value_model/model.safetensors", "optimizer.pt"):
         assert (checkpoint / name).exists(), name
+    own = [(checkpoint / "value_model" / name).exists() for name in ("value_optimizer.pt", "value_scheduler.pt")]
+    assert own == ([False, False] if mode == "joint" else [True, True])  # joint: in the one optimizer.pt
+    if mode == "joint":
+        state = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+        assert len(state["state"]) == sum(1 for p in state["param_groups"] for _ in p["params"])  # all stepped
     resumed = tmp_path / "resumed"
     results = resume_copy(out, resumed, 2)
     assert results["steps"] == 4 and results["value_model"]["restored_from"] == str(resumed / "checkpoint-2")

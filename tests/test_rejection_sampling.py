@@ -149,10 +149,80 @@ def test_recipe_resolves_with_the_books_settings(rule, tmp_path):
     assert (t.learning_rate, t.lr_scheduler_type.value, t.warmup_steps, t.max_grad_norm, t.weight_decay) == (
         5e-6, "constant", 0, 1.0, 0.0)
     assert (t.per_device_train_batch_size, t.gradient_accumulation_steps, t.num_train_epochs) == (2, 4, 2)
+    # The book's batching (rejection_sampling/config.py and configs/*.yaml): 8 prompts per generate call, 2
+    # sequences per reward-model forward; the SFT takes an epoch's partial last step, each loss / batch_acc.
+    assert (t.rollout_batch_size, t.score_batch_size) == (8, 2)
+    assert (t.drop_partial_steps, t.partial_step_scale) == (False, "accumulation")
     assert (t.max_length, t.truncation_mode, t.completion_only_loss) == (1024, "keep_end", True)
     assert (t.eval_questions, t.eval_split, t.eval_max_new_tokens) == (200, "test", 512)
     assert ALGORITHMS[recipe.algorithm.name].family == "rejection_sampling"
     assert load_recipe([path, "--profile", "tiny", "--output_dir", str(tmp_path)]).training.reward_model == "tiny"
+
+
+def test_the_books_batching_is_the_default(tmp_path):
+    from custom_losses.rejection_sampling.config import RejectionSamplingConfig
+    from rlhf_recipes.registry import ALGORITHMS
+
+    cfg = RejectionSamplingConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    assert (cfg.rollout_batch_size, cfg.score_batch_size, cfg.partial_step_scale) == (8, 2, "accumulation")
+    for rule in RULES:
+        defaults = ALGORITHMS[f"rejection_sampling_{rule}"].defaults
+        assert defaults["drop_partial_steps"] is False and defaults["partial_step_scale"] == "accumulation"
+
+
+def test_micro_batch_divisor_of_a_partial_step():
+    from custom_losses.sft.steps import micro_batch_divisor
+
+    # A whole step of 4 micro-batches: both divide by 4. A last step of 1 micro-batch out of 4: the book's
+    # rejection sampling divides by 4 (loss / cfg.batch_acc), transformers by 1.
+    assert [micro_batch_divisor(4, 4, s) for s in ("accumulation", "taken")] == [4, 4]
+    assert [micro_batch_divisor(1, 4, s) for s in ("accumulation", "taken")] == [4, 1]
+    with pytest.raises(ValueError, match="partial_step_scale"):
+        micro_batch_divisor(1, 4, "mean")
+
+
+@pytest.mark.parametrize("scale, divisor", [("accumulation", 4), ("taken", 1)])
+def test_the_partial_last_steps_gradient_is_its_loss_over_the_accumulation(tmp_path, scale, divisor):
+    """A last step of 1 micro-batch out of 4 (transformers sets current_gradient_accumulation_steps to 1 there):
+    BookSFTTrainer's backward is that micro-batch's token-mean loss / 4 (the book's `loss / cfg.batch_acc`), and the
+    value it returns for the log is the micro-batch's loss (the book logs the mean over the step's micro-batches)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from custom_losses.sft.config import BookSFTConfig
+    from custom_losses.sft.trainer import BookSFTTrainer
+    from rlhf_recipes.tiny import tiny_model_path
+
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+             "completion": [{"role": "assistant", "content": f"It is {2 * i}."}]} for i in range(5)]
+    args = BookSFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, gradient_accumulation_steps=4,
+                         report_to="none", use_cpu=True, bf16=False, max_length=64, partial_step_scale=scale)
+    trainer = BookSFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_path()), args=args,
+                             train_dataset=Dataset.from_list(rows),
+                             processing_class=AutoTokenizer.from_pretrained(tiny_model_path()))
+    batch = next(iter(trainer.get_train_dataloader()))
+    model = trainer.model
+    trainer.current_gradient_accumulation_steps = 1
+    logged = trainer.training_step(model, batch)
+    ours = [p.grad.clone() for p in model.parameters()]
+    assert trainer.current_gradient_accumulation_steps == 1
+    model.zero_grad()
+    loss = trainer.compute_loss(model, batch)
+    (loss / divisor).backward()
+    for a, b in zip(ours, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b)
+    assert float(logged) == pytest.approx(float(loss.detach()), rel=1e-5)
+
+
+def test_the_sft_stage_takes_the_partial_last_step(tmp_path):
+    """6 pairs, 1 per micro-batch, 4 micro-batches per step: each epoch is a whole step and a partial one of 2
+    micro-batches (the book's DataLoader drop_last=False and its `is_last_in_epoch` step): 2 epochs, 4 steps."""
+    out = tmp_path / "partial"
+    results = run_recipe("rejection_sampling_top_per_prompt.yaml", out, "--effective_batch_size", "4")
+    assert results["selection"]["pairs"] == 6 and results["steps"] == 4
+    epochs = [r["epoch"] for r in read_metrics(out) if "loss" in r]
+    assert epochs[1] == pytest.approx(1.0) and epochs[-1] == pytest.approx(2.0)
 
 
 def test_sft_rows_train_the_completion_and_end_token_only(tmp_path):

@@ -4,6 +4,7 @@ PPO run keeps in memory (`models_in_memory`, for planning)."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from custom_losses.ppo.losses import KL_REWARD_SHAPES
 logger = logging.getLogger(__name__)
 
 AGGREGATIONS = ("grpo", "bnpo")  # loss_type: seq-mean (the book) or token mean per micro-batch
+VALUE_OPTIMIZERS = ("joint", "separate")
 
 
 @dataclass
@@ -65,6 +67,20 @@ class PPOConfig(BookGRPOConfig):
                   "policy uses LoRA (use_peft), with the policy's LoRA settings."},
     )
 
+    value_optimizer: str = field(
+        default="joint",
+        metadata={"help": "'joint' (book): ONE optimizer over the policy's and the value model's parameters, ONE "
+                  "gradient clipping at max_grad_norm over both together, one step. 'separate': the value model gets "
+                  "its own optimizer (the policy's class, settings and schedule; value_learning_rate if set) and its "
+                  "own clipping at max_grad_norm; use it for a different value learning rate, and under DeepSpeed, "
+                  "which owns the policy's optimizer and clipping."},
+    )
+    value_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Learning rate of the value model's own optimizer (value_optimizer: separate only); null: "
+                  "learning_rate, as the book."},
+    )
+
     def _validate_book_options(self) -> None:
         self._validate_ppo_options()  # first: PPO's own messages are the clearer ones
         super()._validate_book_options()
@@ -93,6 +109,15 @@ class PPOConfig(BookGRPOConfig):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.value_optimizer not in VALUE_OPTIMIZERS:
+            raise ValueError(f"value_optimizer must be one of {VALUE_OPTIMIZERS}, got {self.value_optimizer!r}")
+        if self.value_learning_rate is not None and self.value_optimizer != "separate":
+            raise ValueError("value_learning_rate needs the value model's own optimizer: set value_optimizer: separate "
+                             "(or drop value_learning_rate)")
+        deepspeed = self.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        if deepspeed and self.value_optimizer == "joint":
+            raise ValueError("value_optimizer: joint needs the policy's optimizer and clipping, which DeepSpeed owns: "
+                             "under DeepSpeed set value_optimizer: separate")
         if self.share_value_backbone and self.value_model_path is not None:
             raise ValueError("share_value_backbone puts the value head on the policy's backbone: value_model_path "
                              "does not apply (set one or the other)")

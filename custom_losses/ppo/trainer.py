@@ -12,10 +12,14 @@ health checks, SQLite rollouts and samples. It adds:
   advantages           GAE on per-token rewards (losses.py): the scalar reward on the
                        last completion token, KL in the reward (the book) or in the loss
   the loss             grpo's clipped policy term + vf_coef * clipped value loss, seq-mean of the sum
-  the value optimizer  the same optimizer class, settings and LR schedule as the policy's, its own
-                       gradient clipping at max_grad_norm, stepped with the policy's optimizer
-  saving               <output_dir>/value_model (and in every checkpoint, with its optimizer and
-                       scheduler state, which --resume restores)
+  the optimizer        value_optimizer joint (the book): the value model's parameters join the
+                       policy's optimizer (its class, settings, LR and schedule), and ONE clipping at
+                       max_grad_norm covers both gradients before the one step. separate: the value
+                       model has its own optimizer (value_learning_rate if set) and its own clipping,
+                       stepped with the policy's
+  saving               <output_dir>/value_model (and in every checkpoint; joint: the value model's
+                       optimizer state is in the policy's optimizer.pt; separate: its optimizer and
+                       scheduler state in value_model/; --resume restores them)
 
 Batch structure (the book): 16 prompts x 1 rollout per rollout batch, micro-batch 2, an optimizer
 step every 4 micro-batches: 2 optimizer steps per rollout batch, one shuffled pass.
@@ -24,7 +28,8 @@ Distributed: the value model is prepared by accelerate. Under DDP it is wrapped 
 DistributedDataParallel (gradients reduced at the accumulation boundary). Under DeepSpeed
 (ZeRO-2/3) the POLICY is sharded by DeepSpeed while the value model is a full replica on
 every process whose gradients are averaged across processes before its optimizer step: it is
-not sharded (use share_value_backbone or LoRA to shrink it).
+not sharded (use share_value_backbone or LoRA to shrink it). DeepSpeed owns the policy's optimizer
+and clipping, so it needs value_optimizer separate (PPOConfig says so before any model loads).
 """
 
 from __future__ import annotations
@@ -53,13 +58,19 @@ _AGGREGATIONS = {"grpo": seq_mean, "bnpo": token_mean}
 
 
 class _ValueOptimizerStep(TrainerCallback):
-    """Steps the value model's optimizer right before the policy's (after the policy's gradients are clipped)."""
+    """separate: steps the value model's optimizer right before the policy's (after the policy's gradients are
+    clipped). joint: after the one step, clears the value model's gradients (Trainer zeroes only the policy's)."""
 
     def __init__(self, trainer: "PPOTrainer"):
         self.trainer = trainer
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.trainer._value_optimizer_step()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.trainer._joint:
+            for p in self.trainer._value_params:
+                p.grad = None
 
 
 class PPOTrainer(BookGRPOTrainer):
@@ -108,8 +119,14 @@ class PPOTrainer(BookGRPOTrainer):
                 value_model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs_gc)
         self.value_model = value_model
         self._value_wrapped = None
-        self._value_optimizer = None
+        self._value_optimizer = None  # value_optimizer separate only
         self._value_scheduler = None
+        self._value_groups: list[dict[str, Any]] | None = None
+        self._value_params: list[torch.Tensor] = []
+        self._joint = args.value_optimizer == "joint"
+        if self._joint and self.is_deepspeed_enabled:
+            raise ValueError("value_optimizer: joint needs the policy's optimizer and clipping, which DeepSpeed owns: "
+                             "under DeepSpeed set value_optimizer: separate")
         self._last_values: torch.Tensor | None = None
         self._value_restored_from: str | None = None
         self.add_callback(_ValueOptimizerStep(self))
@@ -314,8 +331,9 @@ class PPOTrainer(BookGRPOTrainer):
         return super()._prepare_for_training(max_steps, train_dataloader, resume_from_checkpoint)
 
     def _setup_value_training(self, max_steps: int) -> None:
-        """Prepare the value model with accelerate and give it the policy's optimizer settings and LR schedule."""
-        if self._value_optimizer is not None:
+        """Prepare the value model with accelerate; give it the policy's optimizer settings and LR schedule: as
+        parameter groups of the policy's optimizer (joint, see create_optimizer) or in its own optimizer (separate)."""
+        if self._value_groups is not None:
             return
         from transformers.optimization import get_scheduler
 
@@ -332,14 +350,50 @@ class PPOTrainer(BookGRPOTrainer):
             {"params": [p for n, p in named if n in decay], "weight_decay": self.args.weight_decay},
             {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
         ]
+        self._value_groups = [g for g in groups if g["params"]]
+        self._value_params = [p for _, p in named]
+        if self._joint:
+            return
         optimizer_class, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(self.args, module)
-        self._value_optimizer = optimizer_class([g for g in groups if g["params"]], **optimizer_kwargs)
+        if self.args.value_learning_rate is not None:
+            optimizer_kwargs = {**optimizer_kwargs, "lr": self.args.value_learning_rate}
+        self._value_optimizer = optimizer_class(self._value_groups, **optimizer_kwargs)
         self._value_scheduler = get_scheduler(
             self.args.lr_scheduler_type, optimizer=self._value_optimizer,
             num_warmup_steps=self.args.get_warmup_steps(max_steps), num_training_steps=max_steps,
             scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
         )
-        self._value_params = [p for _, p in named]
+
+    def create_optimizer(self, model=None):
+        """joint (the book): the policy's optimizer, with the value model's parameters as more groups of it."""
+        fresh = self.optimizer is None
+        optimizer = super().create_optimizer(model)
+        if fresh and self._joint and self._value_groups:
+            for group in self._value_groups:
+                optimizer.add_param_group(dict(group))
+        return optimizer
+
+    def _joint_params(self, model) -> list[torch.Tensor]:
+        return [*model.parameters(), *self._value_params]
+
+    def _clip_grad_norm(self, model):
+        """joint (the book): one clipping at max_grad_norm over the policy's and the value model's gradients
+        together (a large value gradient shrinks the policy's update too). Returns the joint pre-clip norm."""
+        if not self._joint:
+            return super()._clip_grad_norm(model)
+        self._log_value_grad_norm()
+        return self.accelerator.clip_grad_norm_(self._joint_params(model), self.args.max_grad_norm)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if self._joint and grad_norm is None:  # max_grad_norm 0: no clipping, the joint norm is still logged
+            self._log_value_grad_norm()
+            grad_norm = self.accelerator.clip_grad_norm_(self._joint_params(model), float("inf"))
+        return super()._get_grad_norm(model, grad_norm)
+
+    def _log_value_grad_norm(self) -> None:
+        grads = [p.grad for p in self._value_params if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        self._metrics["train"]["value_grad_norm"].append(float(norm))
 
     def training_step(self, model, inputs, num_items_in_batch):
         wrapped = self._value_wrapped
@@ -383,6 +437,11 @@ class PPOTrainer(BookGRPOTrainer):
             torch.save(self._value_scheduler.state_dict(), folder / SCHEDULER_FILE)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
+        folder = Path(checkpoint) / VALUE_SUBDIR if checkpoint is not None else None
+        if folder is not None and folder.is_dir() and (folder / OPTIMIZER_FILE).exists() == self._joint:
+            saved = "separate" if self._joint else "joint"
+            raise ValueError(f"{checkpoint} was saved with value_optimizer: {saved}; resume it with "
+                             f"--value_optimizer {saved}")
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return

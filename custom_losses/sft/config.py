@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import SFTConfig
 
 from custom_losses.schedules import BookLRScheduleArguments
+from custom_losses.sft.steps import PARTIAL_STEP_SCALES
 
 
 @dataclass
@@ -21,6 +22,21 @@ class BookSFTConfig(BookLRScheduleArguments, SFTConfig):
     drop_partial_steps: bool = field(
         default=False,
         metadata={"help": "Each epoch yields only whole optimizer steps (per-device batch x accumulation x world "
-                  "size rows); the leftover rows of an epoch's shuffle are dropped, as the book does. "
-                  "transformers' default takes a partial last step."},
+                  "size rows); the leftover rows of an epoch's shuffle are dropped, as the book's SFT does. "
+                  "false: a partial last step is taken (the book's rejection sampling; transformers' default), its "
+                  "loss scaled by partial_step_scale."},
     )
+    partial_step_scale: str = field(
+        default="accumulation",
+        metadata={"help": "How the micro-batch losses of a partial last step (fewer micro-batches than "
+                  "gradient_accumulation_steps; drop_partial_steps false) are scaled: 'accumulation' (the book's "
+                  "rejection sampling: each divided by gradient_accumulation_steps, so the short step has a smaller "
+                  "gradient) or 'taken' (transformers: divided by the micro-batches the step has).",
+                  "choices": list(PARTIAL_STEP_SCALES)},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.partial_step_scale not in PARTIAL_STEP_SCALES:
+            raise ValueError(f"partial_step_scale must be one of {PARTIAL_STEP_SCALES}, got "
+                             f"{self.partial_step_scale!r}")

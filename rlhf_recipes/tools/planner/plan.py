@@ -375,8 +375,8 @@ def value_model_terms(recipe, shape: ModelShape, workload: Workload, p: int, e: 
     """PPO's value model (custom_losses/ppo/trainer.py, custom_losses/ppo/value_model.py).
 
     separate (the book): a full copy of the policy's backbone with Linear(h, 1) instead of the LM
-      head, loaded in the policy's dtype (never quantized), with its own optimizer (the policy's
-      settings), LoRA exactly when the policy has it (value_use_peft), checkpointed like the policy.
+      head, loaded in the policy's dtype (never quantized), with its own Adam state (in the policy's
+      optimizer by default, value_optimizer: joint; the same bytes either way), LoRA exactly when the policy has it (value_use_peft), checkpointed like the policy.
       Not a DeepSpeed engine: a full replica on every GPU even under ZeRO-3 (DDP-wrapped otherwise).
       Its forward/backward runs in the same backward as the policy's: activations add up.
     shared: only Linear(h, 1) in fp32 on the policy's hidden states (weights, grad, Adam: 16 h bytes).
