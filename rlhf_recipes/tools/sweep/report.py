@@ -52,7 +52,7 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
     return record
 
 
-def key_metric(spec: SweepSpec, records: list[dict[str, Any]]) -> str | None:
+def key_metric(spec: SweepSpec, records: list[dict[str, Any]], algorithm) -> str | None:
     """The metric the report ranks: the sweep's `metric` (bare names prefer gain/, heldout/, final/), else the
     family's first held-out metric's gain, else the evaluation's first metric's gain, else a key training metric."""
     present = {m for r in records for m in r["metrics"]}
@@ -63,19 +63,17 @@ def key_metric(spec: SweepSpec, records: list[dict[str, Any]]) -> str | None:
         return spec.metric  # not logged (yet): the report says so
     from rlhf_recipes.registry import family_of
 
-    recipe = spec.recipe_of()
     evaluated = next((r["heldout_order"] for r in records if r.get("heldout_order")), [])
-    for m in (*family_of(recipe.algorithm).nano_book_heldout, *evaluated):
+    for m in (*family_of(algorithm).nano_book_heldout, *evaluated):
         if f"gain/{m}" in present:
             return f"gain/{m}"
-    return next((f"final/{m}" for m in (*recipe.algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
+    return next((f"final/{m}" for m in (*algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
 
 
-def training_metric(spec: SweepSpec) -> str:
+def training_metric(algorithm) -> str:
     from rlhf_recipes.registry import family_of
 
-    recipe = spec.recipe_of()
-    return family_of(recipe.algorithm).nano_book_training or next(iter(recipe.algorithm.key_metrics), "loss")
+    return family_of(algorithm).nano_book_training or next(iter(algorithm.key_metrics), "loss")
 
 
 def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
@@ -105,7 +103,8 @@ def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, g
 
 def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
     records = [run_record(sweep_dir, run) for run in spec.runs()]
-    key = key_metric(spec, records)
+    algorithm = spec.recipe_of().algorithm  # resolved once per report (it is rewritten as each run finishes)
+    key = key_metric(spec, records, algorithm)
     goal = spec.goal
     summary = aggregate(spec, records, key, goal)
     seeds = max((len(c["seeds_finished"]) for c in summary["cells"]), default=0)
@@ -113,7 +112,7 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
         "what": "a controlled experiment: every cell of the grid x every seed is one run of the runner",
         "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
                   "overrides": spec.overrides, "source": spec.source},
-        "key_metric": key, "goal": goal, "training_metric": training_metric(spec),
+        "key_metric": key, "goal": goal, "training_metric": training_metric(algorithm),
         "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); pairs: paired "
                                    "t interval of the difference over the seeds both cells finished",
                        "seeds_per_cell": seeds, "warning": few_seeds_warning(seeds)},

@@ -16,10 +16,15 @@ from typing import Any
 CONFIDENCE = 0.95
 
 
-def seed_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """Mean, sample std (ddof 1) and the t interval of the mean over seeds; one seed: no spread, no interval."""
+def t_multiplier(n: int, confidence: float = CONFIDENCE) -> float:
+    """Student's t quantile for a two-sided interval of the mean of n values (n - 1 degrees of freedom)."""
     from scipy import stats
 
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+
+
+def seed_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Mean, sample std (ddof 1) and the t interval of the mean over seeds; one seed: no spread, no interval."""
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None, "std": None, "low": None, "high": None}
@@ -27,7 +32,7 @@ def seed_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[s
     if n == 1:
         return {"n": 1, "mean": mean, "std": None, "low": None, "high": None}
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+    half = t_multiplier(n, confidence) * std / math.sqrt(n)
     return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half}
 
 
@@ -47,12 +52,7 @@ def few_seeds_warning(n: int) -> str | None:
         return "one seed per cell: no interval over seeds; any difference may be seed noise"
     if n <= 3:
         return (f"{n} seeds per cell: the 95% interval assumes normal seed noise and is very wide "
-                f"(t = {_t(n):.1f} standard errors); a difference that excludes zero is suggestive, not settled, "
-                "and one that does not says little. Use 5 or more seeds for a claim")
+                f"(t = {t_multiplier(n):.1f} standard errors); a difference that excludes zero is suggestive, "
+                "not settled, and one that does not says little. Use 5 or more seeds for a claim")
     return None
 
-
-def _t(n: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1))
