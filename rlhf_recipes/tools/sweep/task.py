@@ -16,8 +16,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job, launcher = read_job(Path(argv[0]), int(argv[1]))
     outcome = run_one(job, launcher)
-    print(f"{outcome.status} {job.name} ({outcome.did}, {outcome.wall_s:.0f} s){': ' + outcome.error if outcome.error else ''}"
-          f"; log: {job.log}")
+    error = f": {outcome.error}" if outcome.error else ""
+    print(f"{outcome.status} {job.name} ({outcome.did}, {outcome.wall_s:.0f} s){error}; log: {job.log}")
     return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
 
 
