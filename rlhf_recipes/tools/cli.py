@@ -39,6 +39,8 @@ COMMANDS: dict[str, Command] = {
     "bench": Command("rlhf_recipes.tools.bench.families:main", "benchmark a training step per family"),
     "bench-phases": Command("rlhf_recipes.tools.bench.grpo_phases:main",
                             "split one GRPO rollout batch into generation, scoring and training"),
+    "bench-book-loop": Command("rlhf_recipes.tools.bench.book_loop:main",
+                               "time the book's own policy-gradient loop on the shapes bench-phases measures (GPU)"),
     "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
                             "try every kind of bad input and time how long each takes to be reported"),
     "bench-sweep": Command("rlhf_recipes.tools.bench.sweep_workers:main",

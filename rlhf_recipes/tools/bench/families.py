@@ -5,6 +5,8 @@
     rlhf-recipes bench --models all --lora off,on --attention sdpa,flash_attention_2
     rlhf-recipes bench --tiny                # CPU: the embedded tiny model (a smoke run of this script)
     rlhf-recipes bench --algorithms grpo,ppo --lora off --backends hf,static_cache,continuous_batching,vllm_colocate
+    rlhf-recipes bench --algorithms dpo --lora off -- --activation_checkpointing false --per_device_train_batch_size 16
+                                             # anything after `--` is a recipe option, as on recipes/run.py
 
 For each (algorithm, model, LoRA, attention) it builds the model's architecture from its shipped
 config.json with random weights (no download), saves it next to the tiny tokenizer, and runs the
@@ -153,7 +155,8 @@ def flops_per_trained_token(shape, lora_params: int, lora: bool, seq_len: int, l
 
 def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warmup: int = 1, lora: bool | str = False,
                   attention: str = "sdpa", seq_len: int | None = None, tiny: bool = False,
-                  workdir: Path | None = None, peak: float | None = None, backend: str = "hf") -> dict:
+                  workdir: Path | None = None, peak: float | None = None, backend: str = "hf",
+                  recipe_options: list[str] | None = None) -> dict:
     import torch
     from transformers import TrainerCallback
 
@@ -187,6 +190,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         argv += ["--profile", "tiny", "--model_name_or_path", "tiny"]
     else:
         argv += ["--bf16", "true", "--dtype", "bfloat16"]
+    argv += recipe_options or []  # the user's recipe options (after `--`): before the benchmark's own bookkeeping
     if lora:
         argv += ["--use_peft", "true"]
     if lora == "qlora":
@@ -242,8 +246,11 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
         else:
             counts["scored"] += real
 
-    backbone = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-    backbone.base_model.register_forward_pre_hook(count_tokens, with_kwargs=True)
+    # The policy's forwards, and a separate reference model's (DPO's reference log-probs: 2 N per token, no grad).
+    for held in (trainer.model, getattr(trainer, "ref_model", None)):
+        if held is not None:
+            backbone = held.get_base_model() if hasattr(held, "get_base_model") else held
+            backbone.base_model.register_forward_pre_hook(count_tokens, with_kwargs=True)
     if hasattr(trainer, "_generate_single_turn"):
         original = trainer._generate_single_turn
 
@@ -391,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(rollout_backend), e.g. hf,static_cache,continuous_batching,vllm_colocate")
     parser.add_argument("--json", help="write all rows to this file")
     parser.add_argument("--keep", action="store_true", help="keep the random-weight models and data (in a temp dir)")
-    args = parser.parse_args(argv)
+    args, recipe_options = parser.parse_known_args(argv)
+    if recipe_options[:1] == ["--"]:
+        recipe_options = recipe_options[1:]
     lora_modes = {"off": False, "on": True, "qlora": "qlora"}
     for v in args.lora.split(","):
         if v not in lora_modes:
@@ -433,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
                                 ALGORITHMS[algorithm].config_class) else ["hf"]:
                             try:
                                 row = run_benchmark(algorithm, model, args.steps, args.warmup, lora, attention,
-                                                    args.seq_len, args.tiny, workdir, args.peak_tflops, backend)
+                                                    args.seq_len, args.tiny, workdir, args.peak_tflops, backend,
+                                                    recipe_options)
                             except RecipeError as e:
                                 print(f"skip {algorithm} {backend}: {e}", file=sys.stderr)
                                 continue
