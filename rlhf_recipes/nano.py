@@ -11,17 +11,19 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
                 (~350 bytes) and the spell_backward question prefix, so a prompt is ~36 tokens, not ~400;
               - the four reasoning tags as single tokens and ChatML, as in tiny (and in Qwen3's tokenizer).
   nano        nano-init after `recipes/nano_sft.yaml` (algorithm sft: the book's chapter 4 stage before RL),
-              run through the normal runner in a subprocess the first time a nano run needs it (~1-2 minutes
-              on one CPU thread). The recipe stops the base partly competent (10-40% held-out exact match),
-              so every RL algorithm has room to show what it does.
+              run through the normal runner in a subprocess the first time a nano run needs it (~1.5-3 minutes
+              on one CPU thread), built to a held-out target (BASE_GOAL below: the checkpoint closest to 20%
+              held-out exact match inside [15%, 25%]), so the base is partly competent, the same on every
+              machine, and every RL algorithm has room to show what it does.
   nano-sdpo   nano after `recipes/nano_sdpo_sft.yaml`: taught to read SDPO's teacher prompt (a demonstration in
               context, which SDPO presupposes and the nano base cannot do), with replay of nano's own answers so
               its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~4 minutes,
               built on first use).
 
 All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
-them (shapes, seed, tokens, template, the SFT recipe's text); a file lock makes concurrent callers wait for
-one build instead of running the SFT several times.
+them (shapes, seed, tokens, template, the SFT recipe's values, the held-out goal); a file lock makes concurrent
+callers wait for one build instead of running the SFT several times. Each SFT build leaves its record
+(base_target.json: the measured held-out accuracy, the step kept, the curve, the machine) beside the model.
 """
 
 from __future__ import annotations
