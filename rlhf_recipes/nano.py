@@ -11,17 +11,19 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
                 (~350 bytes) and the spell_backward question prefix, so a prompt is ~36 tokens, not ~400;
               - the four reasoning tags as single tokens and ChatML, as in tiny (and in Qwen3's tokenizer).
   nano        nano-init after `recipes/nano_sft.yaml` (algorithm sft: the book's chapter 4 stage before RL),
-              run through the normal runner in a subprocess the first time a nano run needs it (~1-2 minutes
-              on one CPU thread). The recipe stops the base partly competent (10-40% held-out exact match),
-              so every RL algorithm has room to show what it does.
+              run through the normal runner in a subprocess the first time a nano run needs it (~1.5-3 minutes
+              on one CPU thread), built to a held-out target (BASE_GOAL below: the checkpoint closest to 20%
+              held-out exact match inside [15%, 25%]), so the base is partly competent, the same on every
+              machine, and every RL algorithm has room to show what it does.
   nano-sdpo   nano after `recipes/nano_sdpo_sft.yaml`: taught to read SDPO's teacher prompt (a demonstration in
               context, which SDPO presupposes and the nano base cannot do), with replay of nano's own answers so
               its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~4 minutes,
               built on first use).
 
 All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
-them (shapes, seed, tokens, template, the SFT recipe's text); a file lock makes concurrent callers wait for
-one build instead of running the SFT several times.
+them (shapes, seed, tokens, template, the SFT recipe's values, the held-out goal); a file lock makes concurrent
+callers wait for one build instead of running the SFT several times. Each SFT build leaves its record
+(base_target.json: the measured held-out accuracy, the step kept, the curve, the machine) beside the model.
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ MODEL_SHAPE = dict(
     tie_word_embeddings=True,
 )
 SEED = 0
+# The nano base is built to a held-out target, not to a step count (rlhf_recipes/evaluation/target.py): at a fixed
+# step on its steep curve (measured 125 / 140 / 145 / 155 steps -> 6 / 12.5 / 21 / 38% held-out exact match) the
+# base landed at 21% on one CPU and 14.5% on another. Greedy held-out exact match on the 200 problems of the nano
+# tables (the policy-gradient evaluator, recipes/grpo.yaml --profile nano; ~0.4-0.8 s each): every 10 steps while
+# the base is below 5% (the first ~110 steps), then every step, because near the target the curve rises ~2 points
+# a step (measured 12 / 14 / 18.5 / 19 / 26.5% at steps 126-134). The checkpoint closest to 20% inside [15%, 25%]
+# is kept; the build stops at the first evaluation above 25%. The record lands beside the model
+# (evaluation/target.py RECORD).
+BASE_GOAL = {"target": 0.20, "band": [0.15, 0.25], "every": 10, "fine_from": 0.05, "fine_every": 1,
+             "problems": 200, "metric": "exact_match", "recipe": "grpo"}
+# nano-sdpo trains its fixed 300 steps (its teacher-reading needs them; its bare-question accuracy is flat there,
+# 24 / 28 / 24.5% at 100 / 200 / 300 steps, not steep) and is measured once at the end, on the SDPO recipe's
+# held-out problems, so its record says where it landed too.
+SDPO_BASE_GOAL = {"target": None, "problems": 200, "metric": "exact_match", "recipe": "sdpo"}
 _BUILD_VERSION = 1  # bump when the build below changes, to invalidate caches
 
 
@@ -121,31 +137,33 @@ def _recipe_path(name: str) -> Path:
     return recipe_path(name)
 
 
-def _sft_fingerprint(recipe_name: str, start_fingerprint: str) -> str:
-    """Everything an SFT build depends on: its start's fingerprint and the recipe's values (its data and settings;
-    not its comments)."""
+def _sft_fingerprint(recipe_name: str, goal: dict, start_fingerprint: str) -> str:
+    """Everything an SFT build depends on: its start's fingerprint, the recipe's values (its data and settings;
+    not its comments) and the held-out goal it is built to."""
     import yaml
 
     recipe = yaml.safe_load(_recipe_path(recipe_name).read_text(encoding="utf-8"))
-    blob = json.dumps([start_fingerprint, recipe], sort_keys=True)
+    blob = json.dumps([start_fingerprint, recipe, goal], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def base_fingerprint() -> str:
     """The nano SFT base's: the init model and recipes/nano_sft.yaml."""
-    return _sft_fingerprint(SFT_RECIPE, _init_fingerprint())
+    return _sft_fingerprint(SFT_RECIPE, BASE_GOAL, _init_fingerprint())
 
 
 def sdpo_base_fingerprint() -> str:
     """The nano-sdpo base's: the nano base and recipes/nano_sdpo_sft.yaml."""
-    return _sft_fingerprint(SDPO_SFT_RECIPE, base_fingerprint())
+    return _sft_fingerprint(SDPO_SFT_RECIPE, SDPO_BASE_GOAL, base_fingerprint())
 
 
-def _run_sft(recipe_name: str, target: Path) -> None:
-    """`python -m rlhf_recipes.train recipes/RECIPE.yaml --output_dir TARGET`: the normal runner, in its own
-    process (a run configures logging, seeds and threads for the whole process)."""
+def run_sft(recipe_name: str, target: Path, goal: dict, overrides: tuple[str, ...] = ()) -> None:
+    """`python -m rlhf_recipes.tools.nano_base recipes/RECIPE.yaml --goal GOAL --output_dir TARGET [overrides]`: the
+    normal runner with the held-out target rule (evaluation/target.py), in its own process (a run configures
+    logging, seeds and threads for the whole process). The record of what it measured lands beside the model."""
     log = target / "build.log"
-    command = [sys.executable, "-m", "rlhf_recipes.train", str(_recipe_path(recipe_name)), "--output_dir", str(target)]
+    command = [sys.executable, "-m", "rlhf_recipes.tools.nano_base", str(_recipe_path(recipe_name)), "--goal",
+               json.dumps(goal), "--output_dir", str(target), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with open(log, "w", encoding="utf-8") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -154,7 +172,7 @@ def _run_sft(recipe_name: str, target: Path) -> None:
         raise RuntimeError(f"building {target.name} failed ({' '.join(command)} exited {done.returncode}):\n{tail}")
 
 
-def _sft_build(recipe_name: str, target: Path, start_path, what: str) -> str:
+def _sft_build(recipe_name: str, goal: dict, target: Path, start_path, what: str) -> str:
     """The SFT recipe's run into `target`, once: cached, built under a file lock (concurrent callers wait and
     reuse it); `start_path()` builds the recipe's starting model first, outside the lock."""
     from filelock import FileLock
@@ -166,18 +184,19 @@ def _sft_build(recipe_name: str, target: Path, start_path, what: str) -> str:
     with FileLock(str(target) + ".lock"):  # one SFT run; the other processes wait and reuse it
         if not (target / "config.json").exists():
             print(f"building {what}: recipes/{recipe_name}.yaml (SFT, once) -> {target}", file=sys.stderr, flush=True)
-        return build_cached(target, lambda folder: _run_sft(recipe_name, folder))
+        return build_cached(target, lambda folder: run_sft(recipe_name, folder, goal))
 
 
 def nano_model_path() -> str:
     """The nano SFT base (model + tokenizer + the SFT run's record), trained on first use (~1-2 min) and cached."""
-    return _sft_build(SFT_RECIPE, cache_root() / f"nano-sft-{base_fingerprint()}", nano_init_path, "the nano base")
+    return _sft_build(SFT_RECIPE, BASE_GOAL, cache_root() / f"nano-sft-{base_fingerprint()}", nano_init_path,
+                      "the nano base")
 
 
 def nano_sdpo_model_path() -> str:
     """The nano-sdpo base (nano taught to read SDPO's teacher prompt), trained on first use (~4 min) and cached."""
-    return _sft_build(SDPO_SFT_RECIPE, cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}", nano_model_path,
-                      "the nano SDPO base")
+    return _sft_build(SDPO_SFT_RECIPE, SDPO_BASE_GOAL, cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}",
+                      nano_model_path, "the nano SDPO base")
 
 
 if __name__ == "__main__":

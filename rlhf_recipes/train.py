@@ -26,7 +26,9 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full disk)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
+    """`extra_callbacks`: trainer callbacks added to the run's own (the nano base's held-out target,
+    rlhf_recipes/tools/nano_base.py); one with an `attach(trainer)` method gets the trainer before training."""
     quiet_known_noise()
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_reporting(recipe)
     explain_once(recipe)
     try:
-        trainer, family, interrupt, health = build(recipe, folder)
+        trainer, family, interrupt, health = build(recipe, folder, extra_callbacks)
     except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
         folder.abandon()
         report_error(e)
@@ -77,7 +79,7 @@ def report_error(error: Exception) -> None:
     logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error)
 
 
-def build(recipe, folder):
+def build(recipe, folder, extra_callbacks: tuple = ()):
     """Data, model and trainer: everything that can fail before the first step."""
     # Heavy imports only once the recipe is known to be valid.
     from rlhf_recipes.data import load_splits
@@ -97,11 +99,12 @@ def build(recipe, folder):
     from rlhf_recipes.evaluation.callback import periodic_evaluation
 
     periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before training starts
-    if periodic is not None:
-        callbacks.append(periodic)
+    attached = [c for c in (periodic, *extra_callbacks) if c is not None]
+    callbacks += attached
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)
-    if periodic is not None:
-        periodic.attach(trainer)
+    for callback in attached:
+        if hasattr(callback, "attach"):
+            callback.attach(trainer)
     return trainer, family, interrupt, health
 
 

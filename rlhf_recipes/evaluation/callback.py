@@ -25,6 +25,7 @@ class PeriodicEvaluation(TrainerCallback):
         self.evaluator = evaluator
         self.every = every
         self.trainer = None
+        self.last_intervals: dict = {}  # the last evaluation's 95% intervals, by metric
 
     def attach(self, trainer) -> None:
         """The trainer whose `log` records the numbers; refuses a ZeRO-3-sharded model."""
@@ -35,8 +36,17 @@ class PeriodicEvaluation(TrainerCallback):
         self.trainer = trainer
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if self.trainer is None or state.global_step % self.every or not state.is_world_process_zero:
+        if self.trainer is None or not self.due(state.global_step) or not state.is_world_process_zero:
             return
+        metrics = self.measure(model, processing_class)
+        self.log(state, control, metrics)
+        self.observe(state, control, model, metrics)
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0
+
+    def measure(self, model, tokenizer=None) -> dict[str, float]:
+        """The held-out numbers of the live model now (greedy, in eval mode, training's random state untouched)."""
         import torch
 
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -44,17 +54,23 @@ class PeriodicEvaluation(TrainerCallback):
         model.eval()  # no dropout in the held-out numbers
         try:
             with torch.random.fork_rng(devices=devices):  # training's random stream is left as it was
-                scores = self.evaluator.score(model, processing_class or self.trainer.processing_class)
+                scores = self.evaluator.score(model, tokenizer or self.trainer.processing_class)
         finally:
             model.train(was_training)
-        metrics, _ = summarize(scores, self.evaluator.options.seed)
-        logs = {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
+        metrics, self.last_intervals = summarize(scores, self.evaluator.options.seed)
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    def log(self, state, control, metrics: dict[str, float]) -> None:
+        logs = {f"eval/{k}": v for k, v in metrics.items()}
         logger.info("step %d held-out: %s", state.global_step, ", ".join(f"{k} {v:.4g}" for k, v in logs.items()))
         # transformers' own Trainer.log: TRL trainers' log() would merge (and clear) their pending train metrics.
         # It also clears control.should_log, which the step's own training log still needs.
         should_log = control.should_log
         Trainer.log(self.trainer, logs)
         self.trainer.control.should_log = control.should_log = should_log
+
+    def observe(self, state, control, model, metrics: dict[str, float]) -> None:
+        """What a subclass does with each evaluation (evaluation/target.py keeps and stops); here: nothing."""
 
 
 def periodic_evaluation(recipe) -> PeriodicEvaluation | None:

@@ -167,6 +167,14 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
             "problems": result["data"]["problems"], "curves": curves(run, heldout, training)}
 
 
+def base_record(model: str) -> dict[str, Any] | None:
+    """The base's build record (evaluation/target.py RECORD beside the model), None for a base built without one."""
+    from rlhf_recipes.evaluation.target import RECORD
+
+    path = Path(model) / RECORD
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
 def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
     t interval over seeds (rlhf_recipes/tools/sweep/stats.py) and every seed's numbers; "learns" when every gain's
@@ -251,7 +259,21 @@ def _cell(value: float, rate: bool, signed: bool = False) -> str:
     return f"{value:{sign}.3f}"
 
 
-def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY):
+def base_line(record: dict[str, Any] | None) -> str:
+    """The nano base as its build measured it (evaluation/target.py's record), for the table's caption."""
+    if not record:
+        return "nano base: no build record (a base built before bases were built to a held-out target)"
+    goal, low, high = record["goal"], *record["interval"]
+    how = (f"the step closest to {100 * goal['target']:.0f}% inside [{100 * goal['band'][0]:.0f}%, "
+           f"{100 * goal['band'][1]:.0f}%]" if goal.get("target") is not None
+           else "its recipe's steps")
+    return (f"nano base: {100 * record['value']:.1f}% held-out {record['metric']} [{100 * low:.1f}, {100 * high:.1f}] "
+            f"on {goal['problems']} problems, measured at build: step {record['step']} of "
+            f"{record['built_by']['recipe']} ({how}; {record['machine']['processor']}, {record['machine']['torch_threads']} torch thread(s))")
+
+
+def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[str, Any] | None = None):
+    """`base`: the nano base's build record (caption); each row's base column is its own baseline evaluation."""
     from rich.table import Table
 
     heldout, _ = book_metrics(family)
@@ -259,7 +281,7 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY):
     over = f"mean of {seeds} training seeds, 95% t interval over seeds" if seeds > 1 else \
         "one training seed, 95% paired bootstrap over problems"
     out = Table(title=f"nano-book: held-out {', '.join(heldout)} of each {family} algorithm vs the nano SFT base "
-                      f"(gains in points for rates; {over})")
+                      f"(gains in points for rates; {over})", caption=base_line(base))
     out.add_column("algorithm")
     for metric in heldout:
         for column in ("base", "final", "gain [95%]"):
@@ -293,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    base = nano_model_path()  # built once, before the runs (each would otherwise wait on the build's lock)
+    base = base_record(nano_model_path())  # built once, before the runs (each would otherwise wait on its lock)
     executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite, title="nano-book")
     outcomes = executor.run(todo, on_finish=record_wall)
     failed = [o for o in outcomes if o.status != "finished"]
@@ -310,12 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     name = stem(args.family)
     plot(rows, args.out / f"{name}.png", args.family)
     console = Console(record=True, width=160)
-    console.print(table(rows, args.family))
+    console.print(table(rows, args.family, base))
     (args.out / f"{name}_table.txt").write_text(console.export_text(), encoding="utf-8")
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
     (args.out / f"{name}.json").write_text(json.dumps(json_safe({
         "what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
-        "base": base, "settings": settings, "algorithms": rows}), indent=2), encoding="utf-8")
+        "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}), indent=2),
+        encoding="utf-8")
     print(f"wrote {args.out / f'{name}.png'}, {args.out / f'{name}.json'}")
     return 0
 
