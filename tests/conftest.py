@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -113,13 +114,55 @@ def launch_machines(config: str, recipe: str, output_dir: Path, *extra: str, mac
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _tiny_cache(tmp_path_factory):
-    """One tiny model build per test session, in a private cache dir unless one is given."""
+def _tiny_cache(tmp_path_factory, request):
+    """One tiny model build per test session, in a private cache dir unless one is given.
+
+    The nano bases this session's tests ask for start building at once in a second process (below), on the core
+    that the single-threaded tests leave idle, and are stopped if the session ends first."""
     import torch
 
     torch.set_num_threads(1)
     if "RLHF_RECIPES_CACHE" not in os.environ:
         os.environ["RLHF_RECIPES_CACHE"] = str(tmp_path_factory.mktemp("rlhf-cache"))
+    prebuild = _start_nano_prebuild(request.session.items, tmp_path_factory.mktemp("nano-prebuild") / "build.log")
     from rlhf_recipes.tiny import tiny_model_path
 
-    return tiny_model_path()
+    yield tiny_model_path()
+    if prebuild is not None and prebuild.poll() is None:
+        os.killpg(prebuild.pid, signal.SIGTERM)  # its SFT subprocess too (its own process group)
+        prebuild.wait()
+
+
+NANO_FIXTURES = {"nano_base": "nano_model_path", "nano_sdpo_base": "nano_sdpo_model_path"}
+
+
+def _start_nano_prebuild(items, log_path: Path) -> subprocess.Popen | None:
+    """Build the nano bases that these tests need in a background process, so that a CI run (one single-threaded
+    test process on a 2-core machine) trains them on the idle core while the tests before the first nano test run:
+    about 1 min (nano) + 4 min (nano-sdpo) of one core, which the session otherwise waited for. The fixtures below
+    wait on rlhf_recipes/nano.py's file lock and reuse the build: the same build, by the same code, as without this.
+    Not niced: a niced build that a fixture waits for would crawl on a machine shared with other work, and in CI it
+    is done within the first few minutes, before most multi-process tests (test_multinode, test_scale, ...) start."""
+    wanted = {name for item in items for name in getattr(item, "fixturenames", ()) if name in NANO_FIXTURES}
+    if not wanted:
+        return None
+    build = NANO_FIXTURES["nano_sdpo_base" if "nano_sdpo_base" in wanted else "nano_base"]  # sdpo builds nano first
+    with open(log_path, "w") as log:  # a failed build raises again, with its log, in the fixture that needs it
+        return subprocess.Popen([sys.executable, "-c", f"from rlhf_recipes.nano import {build}; {build}()"],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="session")
+def nano_base() -> Path:
+    """The nano SFT base (recipes/nano_sft.yaml), built once per cache (usually by the prebuild above)."""
+    from rlhf_recipes.nano import nano_model_path
+
+    return Path(nano_model_path())
+
+
+@pytest.fixture(scope="session")
+def nano_sdpo_base(nano_base) -> Path:
+    """nano-sdpo (recipes/nano_sdpo_sft.yaml): nano taught to read SDPO's teacher prompt."""
+    from rlhf_recipes.nano import nano_sdpo_model_path
+
+    return Path(nano_sdpo_model_path())

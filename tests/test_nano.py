@@ -1,7 +1,8 @@
 """The nano profile: its SFT base builds deterministically to its held-out target, and GRPO makes it better at the
 book's task (spell_backward), measured by the held-out evaluation with the book's correctness reward.
 
-The base is built once for the module (recipes/nano_sft.yaml through the runner, about a minute on one thread).
+The base is built once per test session (recipes/nano_sft.yaml through the runner, about a minute on one thread;
+conftest.py's `nano_base`, started in the background at the session's start).
 """
 
 from __future__ import annotations
@@ -14,13 +15,6 @@ import pytest
 from conftest import RECIPES
 
 GRPO_STEPS = 160  # 40 rollout batches on the nano overlay: ~1 minute on one CPU thread
-
-
-@pytest.fixture(scope="module")
-def nano_base() -> Path:
-    from rlhf_recipes.nano import nano_model_path
-
-    return Path(nano_model_path())
 
 
 def _evaluate(*argv: str) -> dict:

@@ -35,14 +35,12 @@ def test_seeds_are_combined_with_a_t_interval_and_learns_needs_it_above_zero():
     assert uneven["curves"]["training"][0] == (5, pytest.approx(0.7))
 
 
-def test_nano_book_with_seeds_runs_each_algorithm_per_seed_on_the_executor(tmp_path, capsys):
+def test_nano_book_with_seeds_runs_each_algorithm_per_seed_on_the_executor(nano_base, tmp_path, capsys):
     """Two algorithms x two seeds, 2 workers, 6 steps each: every run in <out>/<algorithm>/seed-<s> with its seed,
     its evaluation and its log beside it; the JSON keeps per algorithm `algorithm`, `learns` and each seed's numbers;
     the same command again trains nothing."""
-    from rlhf_recipes.nano import nano_model_path
     from rlhf_recipes.tools.nano_book import main
 
-    nano_model_path()  # the shared base (built once per machine, cached)
     out = tmp_path / "book"
     argv = ["--algorithms", "grpo,rloo", "--seeds", "2", "--workers", "2", "--max_steps", "6", "--eval_every", "3",
             "--eval_problems", "8", "--num_problems", "24", "--out", str(out)]

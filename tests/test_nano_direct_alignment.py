@@ -21,11 +21,9 @@ HELDOUT = 100  # held-out pairs and held-out task problems
 
 
 @pytest.fixture(scope="module")
-def dpo_run(tmp_path_factory) -> Path:
-    from rlhf_recipes.nano import nano_model_path
+def dpo_run(nano_base, tmp_path_factory) -> Path:
     from rlhf_recipes.train import main
 
-    nano_model_path()
     run = tmp_path_factory.mktemp("nano-dpo") / "dpo"
     assert main([str(RECIPES / "dpo.yaml"), "--profile", "nano", "--num_samples", str(PROMPTS),
                  "--max_steps", str(STEPS), "--output_dir", str(run)]) == 0

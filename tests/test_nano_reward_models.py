@@ -10,7 +10,6 @@ are sampled once and cached there too (about 20 s: 1000 training prompts and 250
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,13 +18,6 @@ from conftest import RECIPES
 # One epoch instead of the nano profile's two: 225 optimizer steps of 32 rollouts, on the profile's 1000 prompts x 8.
 SHORT = ["--profile", "nano", "--num_train_epochs", "1"]
 MARGIN = 0.03  # measured: +0.064 [+0.021, +0.108] (best-of-8 24.5% vs a random pick's 18.1%, 200 problems)
-
-
-@pytest.fixture(scope="module")
-def nano_base() -> Path:
-    from rlhf_recipes.nano import nano_model_path
-
-    return Path(nano_model_path())
 
 
 def test_prm_steps_are_the_answers_characters_labelled_until_the_first_error():

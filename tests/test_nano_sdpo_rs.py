@@ -3,8 +3,8 @@ rejection sampling scored by the task's verifier makes the nano base better at h
 nano-sdpo, whose teacher reads the solution it is shown (the nano base's does not), and runs on real successes (the
 book's threshold, not the tiny profile's stand-in).
 
-The nano base is built once per CI run (rlhf_recipes/nano.py caches it on disk; tests/test_nano.py builds it too);
-nano-sdpo is built from it here (recipes/nano_sdpo_sft.yaml, ~2-4 minutes on a shared 2-core machine, once).
+The nano base and nano-sdpo (recipes/nano_sdpo_sft.yaml, ~4 minutes of one core) are built once per test session,
+in the background from its start (conftest.py's `nano_base` and `nano_sdpo_base`), so CI rarely waits for them.
 """
 
 from __future__ import annotations
@@ -18,20 +18,6 @@ from conftest import RECIPES
 
 RS_RULES = ("top_per_prompt", "random_per_prompt", "top_k_overall", "random_k_overall")
 RS_PROMPTS = 500  # half the overlay's 1000 prompts (and K 500 of 4000): stage 1 and the SFT stage take half the time
-
-
-@pytest.fixture(scope="module")
-def nano_base() -> Path:
-    from rlhf_recipes.nano import nano_model_path
-
-    return Path(nano_model_path())
-
-
-@pytest.fixture(scope="module")
-def nano_sdpo_base(nano_base) -> Path:
-    from rlhf_recipes.nano import nano_sdpo_model_path
-
-    return Path(nano_sdpo_model_path())
 
 
 def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
@@ -116,22 +102,14 @@ def _answer_logprobs(model_path: Path, words: int) -> list[tuple[float, float]]:
     return pairs
 
 
-def test_nano_sdpo_teacher_reads_the_solution_and_its_student_stays_partly_competent(nano_base, nano_sdpo_base,
-                                                                                     tmp_path):
+def test_nano_sdpo_teacher_reads_the_solution(nano_base, nano_sdpo_base):
     """SDPO presupposes a teacher that reads the solution in its prompt. nano-sdpo's does: the oracle answer is more
     likely with SDPO's teacher prompt showing it than with the bare question, for at least 18 of 20 words (measured:
-    40 of 40), where the nano base's is not (measured: 0 of 40) -- and the replay rows keep its bare-question exact
-    match in the nano base's 10-40% band (measured 27%, nano 21%), so SDPO has room to learn."""
-    from rlhf_recipes.tools.evaluate import main as evaluate
-
+    40 of 40), where the nano base's is not (measured: 0 of 40). (That its student stays partly competent is checked
+    on the SDPO run's baseline below: the same model on the same held-out problems.)"""
     reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_sdpo_base, 20))
     nano_reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_base, 20))
     assert reads >= 18 and nano_reads <= 5, (reads, nano_reads)
-    output = tmp_path / "eval.json"
-    assert evaluate([str(nano_sdpo_base), "--recipe", str(RECIPES / "sdpo.yaml"), "--profile", "nano",
-                     "--batch_size", "100", "--output", str(output)]) == 0
-    exact = json.loads(output.read_text())["metrics"]["exact_match"]
-    assert 0.10 <= exact <= 0.40, exact
 
 
 def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp_path):
@@ -139,7 +117,9 @@ def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp
     correctness (1.0) -- the base answers some prompts exactly, so nothing is faked as on tiny -- failed groups are
     redrawn, and held-out exact match and mean correctness rise over the start with their paired 95% intervals above
     zero. Measured on this 2-core machine: 27% -> 44.5%, +17.5 points [+12, +23.5]; mean score +0.088 [+0.065, +0.113]
-    (from the nano base, whose teacher cannot read, the same run fell 21% -> 2.5%)."""
+    (from the nano base, whose teacher cannot read, the same run fell 21% -> 2.5%). The start, nano-sdpo, stays partly
+    competent on bare questions thanks to its replay rows: its exact match (the baseline) is in the nano base's 10-40%
+    band (measured 27%, nano 21%), so SDPO has room to learn."""
     from rlhf_recipes.report import read_metrics
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main
@@ -155,5 +135,7 @@ def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp
     assert all(m["rewards/correctness_reward/mean"] > 0 for m in steps)
     output = tmp_path / "eval.json"
     assert evaluate([str(run), "--baseline", "--batch_size", "100", "--output", str(output)]) == 0
-    difference = json.loads(output.read_text())["difference"]
+    result = json.loads(output.read_text())
+    assert 0.10 <= result["baseline"]["exact_match"] <= 0.40, result["baseline"]
+    difference = result["difference"]
     assert difference["exact_match"]["low"] > 0 and difference["mean_score"]["low"] > 0, difference
