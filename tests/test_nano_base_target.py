@@ -118,3 +118,19 @@ def test_a_real_build_saves_the_kept_checkpoint_and_records_it(tmp_path):
     kept, two, six = (load_file(str(Path(d) / "model.safetensors")) for d in (built, tmp_path / "2", tmp_path / "6"))
     assert all((kept[k] == two[k]).all() for k in two)
     assert any(not (kept[k] == six[k]).all() for k in six)
+
+
+def test_without_a_target_the_build_trains_its_steps_and_is_measured_at_the_end(tmp_path):
+    """nano-sdpo's kind of goal (target None, the SDPO recipe's held-out problems): no evaluation during the run,
+    one at the end, recorded for the last step."""
+    from rlhf_recipes.evaluation.target import RECORD
+    from rlhf_recipes.nano import SDPO_BASE_GOAL, nano_init_path, run_sft
+
+    nano_init_path()
+    built = tmp_path / "built"
+    built.mkdir()
+    run_sft("nano_sft", built, {**SDPO_BASE_GOAL, "problems": 20}, ("--max_steps", "2", "--num_samples", "200"))
+    record = json.loads((built / RECORD).read_text())
+    assert record["step"] == record["steps_trained"] == 2 and record["curve"] == [[2, record["value"]]]
+    assert record["goal"]["recipe"] == "sdpo" and record["heldout"]["problems"] == 20
+    assert not any("eval/exact_match" in line for line in (built / "metrics.jsonl").read_text().splitlines())

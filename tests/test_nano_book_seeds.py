@@ -55,7 +55,10 @@ def test_nano_book_with_seeds_runs_each_algorithm_per_seed_on_the_executor(nano_
             run = out / row["algorithm"] / f"seed-{seed}"
             assert f"seed: {seed}\n" in (run / "config.yaml").read_text()
             assert (run / "eval" / "nano_book.json").exists() and Path(f"{run}.log").exists()
-    assert "mean of 2 training seeds" in (out / "nano_book_policy_gradient_table.txt").read_text()
+    table = " ".join((out / "nano_book_policy_gradient_table.txt").read_text().split())
+    assert "mean of 2 training seeds" in table
+    base = book["base"]["build"]  # the base as its build measured it (evaluation/target.py), also in the caption
+    assert f"nano base: {100 * base['value']:.1f}% held-out exact_match" in table and base["step"] > 0
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed-*/final_results.json")}
     assert main(argv) == 0 and {p: p.stat().st_mtime_ns for p in stamps} == stamps
     # Other settings into the same folder: refused before anything runs, naming the key (not silently reused).

@@ -263,13 +263,13 @@ def base_line(record: dict[str, Any] | None) -> str:
     """The nano base as its build measured it (evaluation/target.py's record), for the table's caption."""
     if not record:
         return "nano base: no build record (a base built before bases were built to a held-out target)"
-    goal, low, high = record["goal"], *record["interval"]
+    goal, machine, low, high = record["goal"], record["machine"], *record["interval"]
     how = (f"the step closest to {100 * goal['target']:.0f}% inside [{100 * goal['band'][0]:.0f}%, "
-           f"{100 * goal['band'][1]:.0f}%]" if goal.get("target") is not None
-           else "its recipe's steps")
+           f"{100 * goal['band'][1]:.0f}%]" if goal.get("target") is not None else "its recipe's steps")
     return (f"nano base: {100 * record['value']:.1f}% held-out {record['metric']} [{100 * low:.1f}, {100 * high:.1f}] "
             f"on {goal['problems']} problems, measured at build: step {record['step']} of "
-            f"{record['built_by']['recipe']} ({how}; {record['machine']['processor']}, {record['machine']['torch_threads']} torch thread(s))")
+            f"{record['built_by']['recipe']} ({how}; {machine['processor']}, "
+            f"{machine['torch_threads']} torch thread(s))")
 
 
 def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[str, Any] | None = None):
