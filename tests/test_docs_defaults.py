@@ -157,3 +157,29 @@ def test_the_checks_can_fail():
     row = "| x | `max_reprompt_len: 1024` (TRL: `max_reprompt_len: 10240`) |"
     cells = [c.strip() for c in row.strip().split("|")[1:-1]]
     assert PAIR.findall(re.sub(r"\([^()]*\bTRL\b[^()]*\)", "", cells[1])) == [("max_reprompt_len", "1024")]
+
+
+# docs/policy_gradients.md's `| | book (default) | TRL | option |` table describes behaviour in words; the rows whose
+# "book (default)" cell states a setting are checked here, for every policy-gradient recipe: row label -> (the cell's
+# words that state it, the recipe key, its value).
+BOOK_DEFAULT_ROWS = {
+    "log-probs": ("from logits at temperature 1", "logprobs_at_sampling_temperature", False),
+    "z-score eps": ("1e-8", "advantage_eps", 1e-8),
+    "KL (beta 0 in every recipe)": ("in the reward for reinforce/rloo", "beta", 0.0),
+    "non-finite loss": ("micro-batch skipped", "nonfinite_loss", "skip"),
+}
+
+
+def test_policy_gradient_book_default_rows_are_every_recipes_values():
+    from rlhf_recipes.registry import ALGORITHMS, family_of
+
+    rows = {row[0]: row[1] for header, body in tables("docs/policy_gradients.md")
+            if header == ["", "book (default)", "TRL", "option"] for row in body}
+    recipes = [name for name, algorithm in ALGORITHMS.items() if family_of(algorithm).name == "policy_gradient"]
+    assert len(recipes) == 10
+    wrong = []
+    for label, (words, key, value) in BOOK_DEFAULT_ROWS.items():
+        assert words in rows.get(label, ""), f"docs/policy_gradients.md: the row `{label}` no longer says `{words}`"
+        wrong += [f"{name}: `{key}` is {resolved(name).value(key)!r}, the row `{label}` says {value!r}"
+                  for name in recipes if resolved(name).value(key) != value]
+    assert not wrong, "\n".join(wrong)
