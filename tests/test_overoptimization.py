@@ -155,3 +155,21 @@ def test_tiny_run_end_to_end(tmp_path):
     assert set(doc["fits"]) == {"best_of_n", "rl", "direct_alignment"}
     assert str(tmp_path) not in text and (out / "overoptimization.png").stat().st_size > 10_000
     assert "best-of-n" in (out / "overoptimization.txt").read_text()
+
+
+def test_the_proxies_train_before_the_rl_runs_that_read_them(tmp_path):
+    from rlhf_recipes.tools.overoptimization.plan import phases
+
+    nano = PROFILES["nano"]
+    first, second = phases(nano, tmp_path, workers=2)
+    assert [j.name for j in first[:3]] == ["proxy/preference_rm-1000", "proxy/preference_rm-3000", "proxy/orm"]
+    assert not any(j.name.startswith("rl/") for j in first)
+    rl = [j for j in second if j.name.startswith("rl/")]
+    assert len(rl) == 3 and len(second) % 2 == 0  # one direct-alignment run fills the second worker
+    assert len(first) + len(second) == 3 + 3 + 8 and len({j.folder for j in first + second}) == 14
+    for job in rl:  # the proxy alone, weight 1: never the gold scorer
+        args = list(job.train)
+        reward = args[args.index("--reward_funcs") + 1]
+        assert reward == f"rm:{tmp_path / 'proxies' / job.name.split('/')[1]}"
+        assert args[args.index("--reward_weights") + 1] == "1.0"
+    assert nano.ns == [1, 2, 4, 8, 16, 32, 64]

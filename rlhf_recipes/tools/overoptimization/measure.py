@@ -115,9 +115,17 @@ def _write(path: Path, value: dict[str, Any]) -> dict[str, Any]:
 def measure_base(out: Path, profile: str, base: str, proxies: dict[str, str], problems: int, samples: int,
                  seed: int) -> dict[str, Any]:
     """The base's `samples` completions per held-out problem, with gold and every proxy's scores: the raw material
-    of best-of-n (and of every curve's starting point). Cached in `out`."""
+    of best-of-n (and of every curve's starting point). Cached in `out`; a proxy added later is scored on the
+    cached samples."""
     if out.exists():
-        return json.loads(out.read_text(encoding="utf-8"))
+        done = json.loads(out.read_text(encoding="utf-8"))
+        missing = {name: path for name, path in proxies.items() if name not in done["proxy"]}
+        if missing:
+            rows = heldout(profile, problems)[0]
+            groups = [[{"text": t} for t in g] for g in done["texts"]]
+            done["proxy"].update({name: proxy(path, rows, groups) for name, path in missing.items()})
+            _write(out, done)
+        return done
     from transformers import AutoTokenizer
 
     rows, data, kwargs, max_new = heldout(profile, problems)
@@ -126,7 +134,8 @@ def measure_base(out: Path, profile: str, base: str, proxies: dict[str, str], pr
     return _write(out, {"problems": data, "samples_per_problem": samples, "sampling": SAMPLING, "seed": seed,
                         "gold": gold(rows, groups), "proxy": {name: proxy(path, rows, groups)
                                                               for name, path in proxies.items()},
-                        "tokens": [[c["tokens"] for c in g] for g in groups]})
+                        "tokens": [[c["tokens"] for c in g] for g in groups],
+                        "texts": [[c["text"] for c in g] for g in groups]})
 
 
 def checkpoints(run: Path) -> list[tuple[int, Path]]:
