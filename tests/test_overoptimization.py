@@ -75,6 +75,8 @@ def test_fits_recover_known_coefficients():
     rl = formulas.fit_rl(d, formulas.gold_rl(d, 0.6, 0.3) + rng.normal(0, 0.005, d.size))
     assert rl["alpha"] == pytest.approx(0.6, abs=0.02) and rl["beta"] == pytest.approx(0.3, abs=0.02)
     assert rl["peak_d"] == pytest.approx(math.e, rel=0.1) and rl["peak_kl"] == pytest.approx(rl["peak_d"] ** 2)
+    falling = formulas.fit_best_of_n(d, formulas.gold_best_of_n(d, -0.01, 0.03))
+    assert falling["peak_d"] == 0.0 and falling["peak_in_range"]  # falls from the start: the peak is the start
     rising = formulas.fit_rl(d, 0.1 * d)  # never turns: no peak
     assert not rising["peak_in_range"]
     assert formulas.fit_best_of_n([0, 1, 2], [0, 0, 0])["flat"]

@@ -84,8 +84,9 @@ def gold_rl(d, alpha: float, beta: float):
 
 
 def peak_best_of_n(alpha: float, beta: float) -> float:
-    """The d where d (alpha - beta d) is highest: alpha / (2 beta); inf when it never turns (beta <= 0)."""
-    return alpha / (2 * beta) if beta > 0 else math.inf
+    """The d >= 0 where d (alpha - beta d) is highest: alpha / (2 beta), or 0 for a curve that falls from the start
+    (alpha <= 0); inf when it never turns (beta <= 0)."""
+    return max(alpha / (2 * beta), 0.0) if beta > 0 else math.inf
 
 
 def peak_rl(alpha: float, beta: float) -> float:

@@ -142,7 +142,8 @@ def checkpoints(run: Path) -> list[tuple[int, Path]]:
     """(step, folder) of the run's complete checkpoints, and its final model if no checkpoint holds its last step."""
     found = sorted((int(c.name.split("-")[1]), c) for c in run.glob("checkpoint-*")
                    if (c / "checkpoint_manifest.json").exists())
-    final = json.loads((run / "final_results.json").read_text(encoding="utf-8")).get("steps")
+    results = run / "final_results.json"  # absent while the run trains: its checkpoints so far
+    final = json.loads(results.read_text(encoding="utf-8")).get("steps") if results.exists() else None
     if final and final not in {s for s, _ in found}:
         found.append((int(final), run))
     return found
