@@ -33,10 +33,10 @@ from rlhf_recipes.tools.overoptimization.plan import (
 )
 
 RESULT = "overoptimization"
-KL_ESTIMATOR = ("sampled: per held-out problem, completions sampled from the policy at temperature 1; per "
-                "completion the sum over its tokens of the exact next-token KL(pi || pi_base) (unbiased for the "
-                "sequence KL, never negative); `kl_logratio` is the plain mean of sum log pi/pi_base at the sampled "
-                "tokens, the same quantity with more variance")
+KL_ESTIMATOR = ("sampled: per held-out problem, completions sampled from the policy as the RL recipe samples; per "
+                "completion the sum over its tokens of the exact next-token KL(pi || pi_base), both at the sampling "
+                "temperature without the top-k / top-p cut (finite), averaged over completions and problems; "
+                "`kl_logratio` is the mean of sum log pi/pi_base at the sampled tokens (same distributions)")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
