@@ -1,7 +1,7 @@
 """`rlhf-recipes overoptimization`: reward over-optimization measured, gold against proxy against KL.
 
     rlhf-recipes overoptimization --profile tiny --out outputs/overoptimization-tiny   # the plumbing, ~1 minute
-    rlhf-recipes overoptimization --profile nano --workers 2                          # the experiment, ~45 minutes
+    rlhf-recipes overoptimization --profile nano --workers 2                          # the experiment, ~1 hour
 
 Gao, Schulman & Hilton (2022) optimize a learned proxy reward and watch a "gold" reward: the gold score peaks and
 falls while the proxy keeps rising. On nano the gold scorer is real, the task's own score_answer, and the proxies
@@ -43,7 +43,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rlhf-recipes overoptimization", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="nano", choices=sorted(PROFILES),
-                        help="nano: the experiment (~45 min on 2 cores); tiny: the plumbing in about a minute")
+                        help="nano: the experiment (~1 hour on a shared 2-core machine); tiny: the plumbing (~1 min)")
     parser.add_argument("--out", type=Path, help="output folder (default outputs/overoptimization[-tiny])")
     parser.add_argument("--workers", type=int, help="runs (and measurements) at once (default: one per core)")
     args = parser.parse_args(argv)

@@ -32,7 +32,8 @@ def _fit_cell(f: dict[str, Any] | None) -> str:
 def tables(doc: dict[str, Any]) -> list:
     from rich.table import Table
 
-    proxies = Table(title="proxies: held-out pairwise accuracy against the gold ordering (95% t interval over problems)")
+    proxies = Table(title="proxies: held-out pairwise accuracy against the gold ordering "
+                          "(95% t interval over problems)")
     for c in ("proxy", "recipe run", "pairwise accuracy", "problems with a pair"):
         proxies.add_column(c)
     for p in doc["proxies"]:
@@ -57,7 +58,8 @@ def tables(doc: dict[str, Any]) -> list:
     for kind, curves in doc["fits"].items():
         for name, f in curves.items():
             seen = doc["turns"].get(kind, {}).get(name)
-            fits.add_row(kind, name, _fit_cell(f), "-" if seen is None else f"{seen['peak_step']} ({seen['peak_d']:.2f})",
+            best = "-" if seen is None else f"{seen['peak_step']} ({seen['peak_d']:.2f})"
+            fits.add_row(kind, name, _fit_cell(f), best,
                          "-" if seen is None or seen["low"] is None else
                          f"{seen['last_minus_peak']:+.3f} [{seen['low']:+.3f}, {seen['high']:+.3f}]"
                          + (" falls" if seen["falls"] else ""))

@@ -2,8 +2,9 @@
 overoptimization.json. Pure functions of plain data; every mean over held-out problems carries its 95% Student-t
 interval over problems (rlhf_recipes/tools/sweep/stats.py).
 
-  best_of_n rows   per proxy (`proxy_name`) and n: KL = log n - (n-1)/n (analytic), d = sqrt(KL), the expected gold and proxy
-                   scores of the proxy's pick among n base samples (formulas.best_of_n_pick, per problem);
+  best_of_n rows   per proxy (`proxy_name`) and n: KL = log n - (n-1)/n (analytic), d = sqrt(KL), the expected
+                   gold and proxy scores of the proxy's pick among n base samples (formulas.best_of_n_pick, per
+                   problem);
   rl rows          per proxy and measured step (step 0 = the base): the sampled KL, gold and proxy scores;
   direct rows      per algorithm, beta and step: the sampled KL and gold score;
   fits             Gao et al.'s forms on gold(d) - gold(0): best-of-n's per proxy, RL's per proxy and per
@@ -59,7 +60,8 @@ def best_of_n_rows(base: dict[str, Any], proxy: str, ns: list[int]) -> list[dict
         picks = [best_of_n_pick(s, g, n) for s, g in zip(base["proxy"][proxy], base["gold"])]
         kl = kl_best_of_n(n)
         proxy_scores = [p for _, p in picks]
-        rows.append({"proxy_name": proxy, "n": n, "kl": kl, "d": math.sqrt(kl), "kl_method": "analytic: log n - (n-1)/n",
+        rows.append({"proxy_name": proxy, "n": n, "kl": kl, "d": math.sqrt(kl),
+                     "kl_method": "analytic: log n - (n-1)/n",
                      **_flat("gold", over_problems([g for g, _ in picks])),
                      **_flat("proxy", over_problems(proxy_scores)),
                      "proxy_z": (float(np.mean(proxy_scores)) - mean) / std})
