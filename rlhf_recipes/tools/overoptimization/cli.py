@@ -1,0 +1,205 @@
+"""`rlhf-recipes overoptimization`: reward over-optimization measured, gold against proxy against KL.
+
+    rlhf-recipes overoptimization --profile tiny --out outputs/overoptimization-tiny   # the plumbing, ~1 minute
+    rlhf-recipes overoptimization --profile nano --workers 2                          # the experiment, ~1 hour
+
+Gao, Schulman & Hilton (2022) optimize a learned proxy reward and watch a "gold" reward: the gold score peaks and
+falls while the proxy keeps rising. On nano the gold scorer is real, the task's own score_answer, and the proxies
+are the project's reward-model recipes. The command, on the sweep's executor (every piece a normal recipe run;
+plan.py says which):
+  1. trains the proxies, and the direct-alignment runs (DPO / IPO across beta), W at a time;
+  2. trains GRPO against each proxy (`reward_funcs: [rm:<proxy>]`), checkpointing along the way;
+  3. measures, W processes at a time (measure.py): the base's samples on held-out problems scored by gold and by
+     every proxy (best-of-n for n = 1, 2, 4, ..., and each proxy's pairwise accuracy), and every checkpoint's
+     samples: gold, its proxy, and KL from the base;
+  4. writes <out>/overoptimization.json (rows, fits, turns; paths relative to <out>), overoptimization.png and
+     overoptimization.txt (the tables, also printed).
+The same command again reuses every finished run and every measurement; an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rlhf_recipes.tools.overoptimization.plan import (
+    PROFILES, Profile, direct_folder, direct_name, phases, proxy_folder, rl_folder,
+)
+
+RESULT = "overoptimization"
+KL_ESTIMATOR = ("sampled: per held-out problem, completions sampled from the policy as the RL recipe samples; per "
+                "completion the sum over its tokens of the exact next-token KL(pi || pi_base), both at the sampling "
+                "temperature without the top-k / top-p cut (finite), averaged over completions and problems; "
+                "`kl_logratio` is the mean of sum log pi/pi_base at the sampled tokens (same distributions)")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rlhf-recipes overoptimization", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="nano", choices=sorted(PROFILES),
+                        help="nano: the experiment (~1 hour on a shared 2-core machine); tiny: the plumbing (~1 min)")
+    parser.add_argument("--out", type=Path, help="output folder (default outputs/overoptimization[-tiny])")
+    parser.add_argument("--workers", type=int, help="runs (and measurements) at once (default: one per core)")
+    args = parser.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    args.out = args.out or Path("outputs/overoptimization" + ("" if args.profile == "nano" else f"-{args.profile}"))
+    return args
+
+
+def _worker(threads: int) -> None:
+    """A measurement process: its share of the cores, and no progress bars (W processes would interleave them)."""
+    os.environ["TQDM_DISABLE"] = "1"
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from rlhf_recipes.quiet import quiet_known_noise
+
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()
+    quiet_known_noise()
+
+
+def _relative(path: Path, out: Path) -> str:
+    return os.path.relpath(path, out)
+
+
+def train(profile: Profile, out: Path, workers: int) -> tuple[list, bool]:
+    """Both phases on the executor; (the outcomes, whether a signal stopped it)."""
+    from rlhf_recipes.tools.sweep.executor import Executor
+
+    walls_file = out / "walls.json"
+    walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
+
+    def record(outcome) -> None:
+        if outcome.status == "finished" and outcome.did != "nothing":
+            walls[outcome.job.name] = outcome.wall_s
+            walls_file.write_text(json.dumps(walls, indent=1))
+
+    executor = Executor(workers, title="overoptimization")
+    outcomes = []
+    for phase in phases(profile, out, workers):
+        outcomes += executor.run(phase, on_finish=record)
+        if executor.stopped:
+            break
+    return outcomes, executor.stopped
+
+
+def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[Path]) -> tuple[dict, dict]:
+    """(the base's samples, {run folder: its measurement}), W measurements at a time in their own processes."""
+    import multiprocessing
+
+    from rlhf_recipes.tools.overoptimization.measure import measure_base, measure_run
+
+    proxies = {p.name: str(proxy_folder(out, p)) for p in profile.proxies if proxy_folder(out, p) in finished}
+    runs = [(rl_folder(out, p), str(proxy_folder(out, p))) for p in profile.proxies]
+    runs += [(direct_folder(out, a, b), None) for a, betas in profile.direct for b in betas]
+    common = dict(profile=profile.name, base=base, problems=profile.problems, seed=profile.seed)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker,
+                             initargs=(threads,)) as pool:
+        base_future = pool.submit(measure_base, out / "measurements" / "base.json", proxies=proxies,
+                                  samples=profile.best_of_n_samples, **common)
+        futures = {run: pool.submit(measure_run, out / "measurements" / f"{run.parent.name}-{run.name}.json", run,
+                                    proxy_path=proxy, samples=profile.samples, **common)
+                   for run, proxy in runs if run in finished}
+        return base_future.result(), {run: f.result() for run, f in futures.items()}
+
+
+def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict], wall_s: float) -> dict[str, Any]:
+    from rlhf_recipes.tools.overoptimization.rows import (
+        best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn,
+    )
+
+    walls = json.loads((out / "walls.json").read_text()) if (out / "walls.json").exists() else {}
+    proxies = [p for p in profile.proxies if p.name in base["proxy"]]
+    doc: dict[str, Any] = {
+        "what": f"reward over-optimization on the {profile.name} profile: the gold score (the task's score_answer) "
+                "against learned proxies against KL from the base (this project's CPU runs)",
+        "profile": profile.name, "wall_s": wall_s, "run_wall_s": walls, "heldout": base["problems"],
+        "kl_estimator": KL_ESTIMATOR, "kl_best_of_n": "analytic, log n - (n-1)/n (Gao et al. 2022)",
+        "sampling": base["sampling"], "intervals": "95% Student-t over held-out problems",
+        "settings": {"rl_algorithm": profile.rl_algorithm, "rl_overrides": list(profile.rl),
+                     "direct": [[a, list(b)] for a, b in profile.direct],
+                     "direct_overrides": list(profile.direct_overrides), "problems": profile.problems,
+                     "best_of_n_samples": profile.best_of_n_samples, "samples_per_checkpoint": profile.samples,
+                     "seed": profile.seed},
+        "proxies": [{"name": p.name, "label": p.label, "recipe": f"recipes/{p.algorithm}.yaml",
+                     "overrides": list(p.overrides), "run": _relative(proxy_folder(out, p), out),
+                     "pairwise_accuracy": proxy_accuracy(base, p.name)} for p in proxies],
+        "best_of_n": [row for p in proxies for row in best_of_n_rows(base, p.name, profile.ns)],
+        "rl": [], "direct_alignment": [], "turns": {"rl": {}, "direct_alignment": {}},
+    }
+    for p in proxies:
+        run = rl_folder(out, p)
+        if run in measured:
+            rows = trajectory_rows(base, measured[run], p.name, proxy_name=p.name, run=_relative(run, out))
+            doc["rl"] += rows
+            doc["turns"]["rl"][p.name] = turn(base, measured[run], rows)
+    for algorithm, betas in profile.direct:
+        for beta in betas:
+            run = direct_folder(out, algorithm, beta)
+            if run in measured:
+                name = direct_name(algorithm, beta)
+                rows = trajectory_rows(base, measured[run], None, run=name, algorithm=algorithm, beta=beta,
+                                       folder=_relative(run, out))
+                doc["direct_alignment"] += rows
+                doc["turns"]["direct_alignment"][name] = turn(base, measured[run], rows)
+    doc["fits"] = {"best_of_n": fits(doc["best_of_n"], "proxy_name", "best_of_n"),
+                   "rl": fits(doc["rl"], "proxy_name", "rl"),
+                   "direct_alignment": fits(doc["direct_alignment"], "run", "rl")}
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from rlhf_recipes.config import RecipeError
+    from rlhf_recipes.json_safe import json_safe
+    from rlhf_recipes.models import resolve_model_path
+    from rlhf_recipes.report import run_finished
+    from rlhf_recipes.tools.overoptimization.report import plot, tables
+    from rlhf_recipes.tools.sweep.executor import check_settings, default_workers
+
+    args = parse(sys.argv[1:] if argv is None else argv)
+    begin = time.perf_counter()
+    profile = PROFILES[args.profile]
+    first, second = phases(profile, args.out, args.workers or 1)
+    try:
+        for job in first + second:
+            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    workers = args.workers or default_workers(len(first + second))
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = resolve_model_path(profile.name)  # built once, before the runs (each would wait on the build's lock)
+    outcomes, stopped = train(profile, args.out, workers)
+    if stopped:
+        return 130
+    failed = [o for o in outcomes if o.status != "finished"]
+    for o in failed:  # the report goes on with what finished; the same command again retries these
+        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
+    finished = {o.job.folder for o in outcomes if o.status == "finished" and run_finished(o.job.folder)}
+    base_samples, measured = measure(profile, args.out, base, workers, finished)
+    doc = document(profile, args.out, base_samples, measured, time.perf_counter() - begin)
+    doc["failed"] = [{"run": o.job.name, "log": _relative(o.job.log, args.out)} for o in failed]
+    (args.out / f"{RESULT}.json").write_text(json.dumps(json_safe(doc), indent=1), encoding="utf-8")
+    plot(doc, args.out / f"{RESULT}.png")
+    console = Console(record=True, width=170)
+    for table in tables(doc):
+        console.print(table)
+    console.print(f"wall time {doc['wall_s'] / 60:.1f} min ({workers} workers)")
+    (args.out / f"{RESULT}.txt").write_text(console.export_text(), encoding="utf-8")
+    print(f"wrote {args.out / (RESULT + '.json')}, {args.out / (RESULT + '.png')}, {args.out / (RESULT + '.txt')}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The bookkeeping: measurements (measure.py's per-problem, per-sample numbers) -> the rows and fits of
+overoptimization.json. Pure functions of plain data; every mean over held-out problems carries its 95% Student-t
+interval over problems (rlhf_recipes/tools/sweep/stats.py).
+
+  best_of_n rows   per proxy (`proxy_name`) and n: KL = log n - (n-1)/n (analytic), d = sqrt(KL), the expected
+                   gold and proxy scores of the proxy's pick among n base samples (formulas.best_of_n_pick, per
+                   problem);
+  rl rows          per proxy and measured step (step 0 = the base): the sampled KL, gold and proxy scores;
+  direct rows      per algorithm, beta and step: the sampled KL and gold score;
+  fits             Gao et al.'s forms on gold(d) - gold(0): best-of-n's per proxy, RL's per proxy and per
+                   direct-alignment run (the RL form: both move the policy by gradient steps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlhf_recipes.tools.overoptimization.formulas import (
+    best_of_n_pick, fit_best_of_n, fit_rl, kl_best_of_n, pairwise_accuracy,
+)
+
+
+def over_problems(values: list[float]) -> dict[str, Any]:
+    """Mean over problems with its 95% t interval (None bounds with fewer than 2 problems)."""
+    from rlhf_recipes.tools.sweep.stats import seed_interval
+
+    s = seed_interval([float(v) for v in values])
+    return {"mean": s["mean"], "low": s["low"], "high": s["high"], "problems": s["n"]}
+
+
+def _flat(prefix: str, summary: dict[str, Any]) -> dict[str, Any]:
+    return {prefix: summary["mean"], f"{prefix}_low": summary["low"], f"{prefix}_high": summary["high"]}
+
+
+def _per_problem_mean(groups: list[list[float]]) -> list[float]:
+    return [float(np.mean(g)) for g in groups]
+
+
+def proxy_scale(base: dict[str, Any], proxy: str) -> tuple[float, float]:
+    """(mean, std) of the proxy's scores over every base sample: proxies have their own units (a preference RM's
+    logit, an ORM's probability), so the figure draws each proxy in standard deviations of its base scores."""
+    flat = np.asarray([v for g in base["proxy"][proxy] for v in g], dtype=float)
+    return float(flat.mean()), float(flat.std()) or 1.0
+
+
+def proxy_accuracy(base: dict[str, Any], proxy: str) -> dict[str, Any]:
+    """Held-out pairwise accuracy against the gold ordering, per problem over the pairs of its base samples whose
+    gold scores differ; the mean over the problems that have such a pair."""
+    per = [pairwise_accuracy(s, g) for s, g in zip(base["proxy"][proxy], base["gold"])]
+    return over_problems([a for a in per if a is not None])
+
+
+def best_of_n_rows(base: dict[str, Any], proxy: str, ns: list[int]) -> list[dict[str, Any]]:
+    mean, std = proxy_scale(base, proxy)
+    rows = []
+    for n in ns:
+        picks = [best_of_n_pick(s, g, n) for s, g in zip(base["proxy"][proxy], base["gold"])]
+        kl = kl_best_of_n(n)
+        proxy_scores = [p for _, p in picks]
+        rows.append({"proxy_name": proxy, "n": n, "kl": kl, "d": math.sqrt(kl),
+                     "kl_method": "analytic: log n - (n-1)/n",
+                     **_flat("gold", over_problems([g for g, _ in picks])),
+                     **_flat("proxy", over_problems(proxy_scores)),
+                     "proxy_z": (float(np.mean(proxy_scores)) - mean) / std})
+    return rows
+
+
+def _base_row(base: dict[str, Any], proxy: str | None) -> dict[str, Any]:
+    """Step 0: the base itself, from its best-of-n samples (KL 0 exactly)."""
+    row = {"step": 0, "kl": 0.0, "kl_low": 0.0, "kl_high": 0.0, "d": 0.0, "kl_logratio": 0.0,
+           **_flat("gold", over_problems(_per_problem_mean(base["gold"])))}
+    if proxy is not None:
+        mean, std = proxy_scale(base, proxy)
+        row.update(_flat("proxy", over_problems(_per_problem_mean(base["proxy"][proxy]))))
+        row["proxy_z"] = (row["proxy"] - mean) / std
+    return row
+
+
+def trajectory_rows(base: dict[str, Any], measured: dict[str, Any], scored_by: str | None,
+                    **labels: Any) -> list[dict[str, Any]]:
+    """A run's rows, step 0 (the base) first, then every measured checkpoint in step order, with the proxy
+    `scored_by`'s scores (None: none); `labels` (proxy, or algorithm and beta) go into every row."""
+    proxy = scored_by
+    rows = [_base_row(base, proxy)]
+    for step in sorted(measured["steps"], key=int):
+        m = measured["steps"][step]
+        kl = over_problems(_per_problem_mean(m["kl"]))
+        row = {"step": int(step), **_flat("kl", kl), "d": math.sqrt(max(kl["mean"], 0.0)),
+               "kl_logratio": float(np.mean(_per_problem_mean(m["kl_logratio"]))),
+               **_flat("gold", over_problems(_per_problem_mean(m["gold"]))),
+               "mean_tokens": float(np.mean(_per_problem_mean(m["tokens"])))}
+        if proxy is not None and m.get("proxy") is not None:
+            mean, std = proxy_scale(base, proxy)
+            row.update(_flat("proxy", over_problems(_per_problem_mean(m["proxy"]))))
+            row["proxy_z"] = (row["proxy"] - mean) / std
+        rows.append(row)
+    return [{**labels, **r} for r in rows]
+
+
+def turn(base: dict[str, Any], measured: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Does the gold score fall after its highest point? The last step minus the highest-scoring step, paired over
+    problems (t interval). The highest point is picked from noisy estimates, so this leans towards a fall: a fall
+    counts only when its whole interval is below zero."""
+    from rlhf_recipes.tools.sweep.stats import seed_interval
+
+    peak = max(rows, key=lambda r: r["gold"])
+    last = rows[-1]
+
+    def per_problem(step: int) -> list[float]:
+        return _per_problem_mean(base["gold"] if step == 0 else measured["steps"][str(step)]["gold"])
+
+    diff = seed_interval([a - b for a, b in zip(per_problem(last["step"]), per_problem(peak["step"]))])
+    return {"peak_step": peak["step"], "peak_d": peak["d"], "peak_gold": peak["gold"], "last_step": last["step"],
+            "last_d": last["d"], "last_minus_peak": diff["mean"], "low": diff["low"], "high": diff["high"],
+            "falls": diff["high"] is not None and diff["high"] < 0}
+
+
+def fits(rows: list[dict[str, Any]], key: str, form: str) -> dict[str, Any]:
+    """Per value of `key` (a proxy, a run): Gao et al.'s form fitted to gold(d) - gold(d = 0)."""
+    out = {}
+    for name in dict.fromkeys(r[key] for r in rows):
+        mine = sorted((r for r in rows if r[key] == name), key=lambda r: r["d"])
+        start = mine[0]["gold"]
+        fitter = fit_best_of_n if form == "best_of_n" else fit_rl
+        out[name] = fitter([r["d"] for r in mine], [r["gold"] - start for r in mine])
+    return out
