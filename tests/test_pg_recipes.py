@@ -318,3 +318,29 @@ def test_resume_inside_a_rollout_batch_is_exact(tmp_path, recipe, extra, at, ste
     assert any(abs(reference[step]) > 1e-3 for step in after), reference
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step
+
+
+@pytest.mark.multiprocess
+def test_two_processes_resume_inside_a_rollout_batch_from_the_checkpoint_the_main_one_verified(tmp_path):
+    """Under two processes each keeps its own share of the rollout batch (pending_rollouts-<rank>.pt), and every
+    rank resumes from the checkpoint the main process verified: the newest one is damaged in place, which only
+    the main process's checksums see (the others check sizes), so without the broadcast rank 1 would load it."""
+    import shutil
+
+    out = tmp_path / "saved"
+    launch("ddp_2proc.yaml", "grpo.yaml", out, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "1")
+    assert {p.name for p in (out / "checkpoint-2").glob("pending_rollouts-*.pt")} == {"pending_rollouts-0.pt",
+                                                                                        "pending_rollouts-1.pt"}
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "final_results.json"))
+    damaged = resumed / "checkpoint-3" / "model.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    log = launch("ddp_2proc.yaml", str(resumed / "config.yaml"), resumed, "--resume")
+    assert "skipping" in log.stderr and "checkpoint-3: model.safetensors does not match its checksum" in log.stderr
+    assert log.stderr.count("resuming inside a rollout batch") == 2  # both ranks, from checkpoint-2
+    reference, after = losses_after(out, 0), losses_after(resumed, 2)
+    assert sorted(after) == [3, 4]
+    for step, loss in after.items():
+        assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step

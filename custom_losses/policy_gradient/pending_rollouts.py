@@ -37,8 +37,9 @@ class PendingRolloutsMixin:
         inside = self._buffered_inputs is not None and self._step % self._generate_every() != 0
         state = {"step": self._step, "generate_every": self._generate_every(),
                  "buffered_inputs": self._buffered_inputs if inside else None}
-        path = Path(output_dir) / PENDING_FILE.format(rank=self.accelerator.process_index)
-        torch.save(state, path)
+        folder = Path(output_dir)
+        folder.mkdir(parents=True, exist_ok=True)  # another process may not have created it yet
+        torch.save(state, folder / PENDING_FILE.format(rank=self.accelerator.process_index))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -50,14 +51,27 @@ class PendingRolloutsMixin:
                            "inside a rollout batch generates a new batch, so the steps up to the next batch differ "
                            "from an uninterrupted run's", checkpoint, path.name)
             return
-        state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
+        # Loaded on the CPU, then moved: a map_location of accelerate's device ("cpu:0" under several CPU processes)
+        # is one torch.load cannot restore to.
+        state = torch.load(path, map_location="cpu", weights_only=True)
         if state["generate_every"] != self._generate_every():
             logger.warning("%s was saved with %d micro-steps per rollout batch, this run has %d: its pending "
                            "rollouts are not used", checkpoint, state["generate_every"], self._generate_every())
             return
         self._step = state["step"]
-        self._buffered_inputs = state["buffered_inputs"]
+        self._buffered_inputs = _to_device(state["buffered_inputs"], self.accelerator.device)
         if self._buffered_inputs is not None:
             done = self._step % self._generate_every()
             logger.info("resuming inside a rollout batch: %d of its %d micro-steps done, the rest train on its saved "
                         "rollouts", done, self._generate_every())
+
+
+def _to_device(value, device):
+    """Every tensor in a (nested) batch, on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
