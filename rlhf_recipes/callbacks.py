@@ -115,7 +115,11 @@ class InterruptCallback(TrainerCallback):
 
 
 class CheckpointManifestCallback(TrainerCallback):
-    """Writes the checkpoint's manifest once every process has written its part (on_save runs after)."""
+    """Writes the checkpoint's manifest once every process has written its part (on_save runs after): every
+    file's size and checksum, and `extra` (the settings the run used to get there, run_setup.py)."""
+
+    def __init__(self, extra: dict | None = None):
+        self.extra = extra or {}
 
     def on_save(self, args, state, control, **kwargs):
         import torch.distributed as dist
@@ -125,7 +129,7 @@ class CheckpointManifestCallback(TrainerCallback):
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                write_manifest(folder, state.global_step)
+                write_manifest(folder, state.global_step, self.extra)
 
 
 class HealthCallback(TrainerCallback):

@@ -291,6 +291,8 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     paths first); their own validation errors then come as RecipeError from `recipe.training`."""
     path, cli = split_command_line(argv)
     data = read_yaml(path)
+    # A run's config.yaml keeps the record of settings changed on resume (run_setup.py): bookkeeping, not a setting.
+    data.pop("resumed_with_changes", None)
     world_size = world_size or world_size_from_env()
 
     name = cli.get("algorithm", data.get("algorithm"))

@@ -23,6 +23,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); a result file gets the permissions a plain write would give it,
+        # so that the rest of a team can read a run's config.yaml and final_results.json.
+        os.fchmod(fd, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -32,6 +35,18 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask can only be read by setting it, for every thread)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def disk_full(error: BaseException, folder: str | Path | None = None) -> str | None:

@@ -7,7 +7,9 @@ The rules, so that a folder always says exactly what ran:
 - --resume continues from the newest COMPLETE checkpoint (checkpoints.py), saying which newer
   ones it skipped and why, and refuses settings that would change the run's meaning (the old
   and new value of each key); --allow_changes accepts them and config.yaml records both;
-- a start that fails before training removes what it wrote (config.yaml, a folder it made).
+- a start that fails before training removes what it wrote (config.yaml, a folder it made);
+- one process at a time: the main process holds the folder's lock (run_lock.py) from before it reads the folder
+  until the run ends, so a second start into a running folder is refused naming who holds it.
 Loads nothing heavy: called before torch or transformers are imported.
 """
 
@@ -22,12 +24,17 @@ from typing import Any
 
 import yaml
 
-from rlhf_recipes.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir
+from rlhf_recipes.checkpoints import (
+    checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir, read_manifest, settings_hash,
+)
 from rlhf_recipes.config import Recipe, RecipeError
 from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.report import read_metrics, write_config
+from rlhf_recipes.run_lock import HOLDER_FILE, LOCK_FILE, RunLock
 
 logger = logging.getLogger(__name__)
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # the folder's lock stays where it is when --overwrite moves a run aside
 
 # Keys that may differ between a run and its resumption: they change how a run is logged, saved or
 # watched, not what it computes. Every other key changing is refused without --allow_changes.
@@ -51,6 +58,18 @@ def read_run_config(output_dir: Path) -> dict[str, Any] | None:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def meaning_hash(settings: dict[str, Any]) -> str:
+    """The hash of the settings that change what a run computes (every key but the harmless ones)."""
+    return settings_hash({k: v for k, v in settings.items() if k not in HARMLESS_ON_RESUME | {"resumed_with_changes"}})
+
+
+def manifest_settings(folder: "RunFolder") -> dict[str, Any]:
+    """What a checkpoint's manifest records of the settings the run used to reach it (CheckpointManifestCallback)."""
+    settings = {k: v for k, v in folder.resolved.items() if k != "resumed_with_changes"}
+    return {"settings_sha256": meaning_hash(settings), "settings": settings,
+            "settings_changes": folder.resolved.get("resumed_with_changes", [])}
+
+
 def meaning_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(key, old, new) for every key whose value differs and that changes what the run computes."""
     keys = sorted((set(old) | set(new)) - HARMLESS_ON_RESUME - {"resumed_with_changes"})
@@ -64,6 +83,7 @@ class RunFolder:
     output_dir: Path
     checkpoint: Path | None = None
     resolved: dict[str, Any] = field(default_factory=dict)
+    lock: RunLock | None = None  # held by the main process from `prepare_output_dir` until `release`/`abandon`
     _created_dir: bool = False
     _aside: Path | None = None  # the previous run, moved here by --overwrite until the new one starts
     _wrote_config: bool = False
@@ -74,14 +94,16 @@ class RunFolder:
         """Make the folder this run's: move an overwritten run aside, write config.yaml (rank 0 only)."""
         if not is_main_process():
             return
-        self._created_dir = not self.output_dir.exists()
+        if self.lock is None:
+            self._created_dir = not self.output_dir.exists()
         if recipe.args.overwrite and (self.output_dir / "config.yaml").exists() and not recipe.args.resume:
             self._aside = self.output_dir.parent / f".{self.output_dir.name}.overwritten"
             if self._aside.exists():
                 shutil.rmtree(self._aside)
             self._aside.mkdir()
             for entry in self.output_dir.iterdir():
-                entry.rename(self._aside / entry.name)
+                if entry.name not in LOCK_FILES:  # the lock stays: this start holds it
+                    entry.rename(self._aside / entry.name)
         config = self.output_dir / "config.yaml"
         self._previous_config = config.read_text() if config.exists() else None
         if config.exists():
@@ -97,8 +119,35 @@ class RunFolder:
             logger.info("--overwrite: removed the previous run in %s (%d checkpoint(s))", self.output_dir, n)
         self._aside = None
 
+    def agree_on_checkpoint(self) -> None:
+        """Under several processes, every rank resumes from the checkpoint the main process verified (its choice is
+        broadcast once the process group is up; the other ranks only checked sizes)."""
+        import torch.distributed as dist
+
+        if self.checkpoint is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return
+        choice = [str(self.checkpoint)]
+        dist.broadcast_object_list(choice, src=0)
+        self.checkpoint = Path(choice[0])
+
+    def release(self) -> None:
+        """The run has ended (however): let go of the folder's lock."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
     def abandon(self) -> None:
-        """The start failed: leave the folder as it was found."""
+        """The start failed: leave the folder as it was found, then let go of its lock."""
+        try:
+            self._put_back()
+        finally:
+            if self.lock is not None:
+                self.lock.drop(remove=True)
+                self.lock = None
+            if self._created_dir and self.output_dir.exists() and not any(self.output_dir.iterdir()):
+                self.output_dir.rmdir()
+
+    def _put_back(self) -> None:
         if not is_main_process() or not self._wrote_config:
             return
         config = self.output_dir / "config.yaml"
@@ -111,75 +160,112 @@ class RunFolder:
             config.unlink()
         if self._aside is not None and self._aside.exists():
             for entry in list(self.output_dir.iterdir()):
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+                if entry.name not in LOCK_FILES:
+                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             for entry in self._aside.iterdir():
                 entry.rename(self.output_dir / entry.name)
             self._aside.rmdir()
-        if self._created_dir and self.output_dir.exists() and not any(self.output_dir.iterdir()):
-            self.output_dir.rmdir()
 
 
-def prepare_output_dir(recipe: Recipe) -> RunFolder:
-    """Decide where the run writes and what it resumes from; refuse what would lose or mix runs.
+def prepare_output_dir(recipe: Recipe, command: str = "") -> RunFolder:
+    """Take the folder's lock, decide where the run writes and what it resumes from; refuse what would lose or
+    mix runs.
 
-    Writes nothing: `RunFolder.claim` does, once the data and model have been checked."""
+    Writes only the lock (undone by `RunFolder.abandon`): `RunFolder.claim` writes the run's files, once the data
+    and model have been checked. `command` is what the lock's holder file says is running."""
     output_dir = Path(recipe.value("output_dir"))
-    resume = recipe.args.resume
     folder = RunFolder(output_dir, resolved=dict(recipe.resolved))
+    # An output_dir that cannot be written gets no lock: check_inputs names the problem in one line.
+    if is_main_process() and unwritable_reason(output_dir) is None:
+        folder.lock = RunLock(output_dir, command).acquire()
+        folder._created_dir = folder.lock.created_folder
+    try:
+        _decide(recipe, folder)
+    except BaseException:
+        folder.abandon()
+        raise
+    return folder
+
+
+def _decide(recipe: Recipe, folder: RunFolder) -> None:
+    output_dir, resume = folder.output_dir, recipe.args.resume
     if resume:
         if recipe.args.overwrite:
             raise RecipeError("--resume and --overwrite contradict each other: continue the run, or start it over")
+        # The main process reads every file of a checkpoint against its checksum; the others check sizes only and
+        # take the main process's choice once they can talk to it (RunFolder.agree_on_checkpoint).
+        checksums = is_main_process()
         if resume == "latest":
-            point = find_resumable_checkpoint(output_dir)
+            point = find_resumable_checkpoint(output_dir, checksums=checksums)
             for skipped, reason in point.skipped:
                 logger.warning("--resume: skipping %s: %s", skipped, reason)
             checkpoint = point.checkpoint
+            if checkpoint is None and point.skipped:
+                listed = "; ".join(f"{p.name} ({why})" for p, why in point.skipped)
+                raise RecipeError(
+                    f"--resume: no complete checkpoint in {output_dir} verifies: {listed}. Start over with "
+                    "--overwrite, or copy a good checkpoint back in from a backup"
+                )
             if checkpoint is None:
                 raise RecipeError(
-                    f"--resume: no complete checkpoint in {output_dir}"
-                    + (f" ({len(point.skipped)} incomplete)" if point.skipped else "")
-                    + ". Checkpoints are written on Ctrl-C/SIGTERM and every `save_steps` when save_strategy is "
-                    "'steps'; start over with --overwrite."
+                    f"--resume: no complete checkpoint in {output_dir}. Checkpoints are written on Ctrl-C/SIGTERM "
+                    "and every `save_steps` when save_strategy is 'steps'; start over with --overwrite."
                 )
         else:
             checkpoint = Path(resume)
             if not checkpoint.is_dir() or not is_checkpoint_dir(checkpoint):
                 raise RecipeError(f"--resume {resume}: not a checkpoint-<step> folder. Use --resume alone for the "
                                   f"newest complete checkpoint in {output_dir}")
-            reason = incomplete_reason(checkpoint)
+            reason = incomplete_reason(checkpoint, checksums=checksums)
             if reason:
-                raise RecipeError(f"--resume {resume}: incomplete checkpoint ({reason}). Use --resume alone to "
-                                  "continue from the newest complete one")
-        checkpoint_step(checkpoint)
+                raise RecipeError(f"--resume {resume}: incomplete or damaged checkpoint ({reason}). Use --resume alone "
+                                  "to continue from the newest one that verifies")
+        step = checkpoint_step(checkpoint)
         folder.checkpoint = checkpoint
-        old = read_run_config(output_dir)
-        if old is not None:
-            changes = meaning_changes(old, recipe.resolved)
-            if changes and not recipe.args.allow_changes:
-                listed = "; ".join(f"`{k}` {o!r} -> {n!r}" for k, o, n in changes)
-                raise RecipeError(
-                    f"--resume would change what {output_dir} computes: {listed}. Resume with the run's own "
-                    f"settings (python recipes/run.py {output_dir / 'config.yaml'} --resume), or add --allow_changes "
-                    "to continue with the new values (config.yaml then records both)"
-                )
-            if changes:
-                step = checkpoint_step(checkpoint)
-                logger.warning("--resume --allow_changes: %s. The optimizer and scheduler state restored from %s "
-                               "keep their saved values.", ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in changes),
-                               checkpoint)
-                folder.resolved = {**old, **recipe.resolved, "resumed_with_changes": [
-                    *old.get("resumed_with_changes", []),
-                    *({"step": step, "key": k, "old": o, "new": n} for k, o, n in changes)]}
-            else:
-                folder.resolved = {**recipe.resolved, **({"resumed_with_changes": old["resumed_with_changes"]}
-                                                         if "resumed_with_changes" in old else {})}
+        _compare_settings(recipe, folder, step)
     # Only the main process judges: the others would see the config.yaml it has just written.
     elif is_main_process() and (output_dir / "config.yaml").exists() and not recipe.args.overwrite:
         raise RecipeError(
             f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
             "or pick another --output_dir."
         )
-    return folder
+
+
+def _compare_settings(recipe: Recipe, folder: RunFolder, step: int) -> None:
+    """A resume continues with the settings the run used up to its checkpoint: those its manifest records (a
+    checkpoint from before manifests had settings: config.yaml's). Any difference that changes what the run
+    computes (a command-line value, or config.yaml edited by hand) is refused, naming each key, unless
+    --allow_changes: then config.yaml and the next checkpoints' manifests record it with the step it took effect."""
+    output_dir, checkpoint = folder.output_dir, folder.checkpoint
+    config = read_run_config(output_dir)
+    manifest = read_manifest(checkpoint) or {}
+    used = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else config
+    if used is None:
+        return
+    recorded = manifest.get("settings_changes") if "settings" in manifest else (config or {}).get(
+        "resumed_with_changes")
+    recorded = list(recorded or [])
+    if manifest.get("settings_sha256") == meaning_hash(recipe.resolved):
+        changes = []
+    else:
+        changes = meaning_changes(used, recipe.resolved)
+    if changes and not recipe.args.allow_changes:
+        listed = "; ".join(f"`{k}` {o!r} -> {n!r}" for k, o, n in changes)
+        edited = config is not None and "settings" in manifest and meaning_changes(used, config)
+        where = (f" ({output_dir / 'config.yaml'} was edited after {checkpoint.name} was saved: the values on the "
+                 f"left are the ones the run used, from its manifest)") if edited else ""
+        raise RecipeError(
+            f"--resume would change what {output_dir} computes: {listed}{where}. Resume with the settings the run "
+            f"used (undo the edit, drop the flag), or add --allow_changes to continue with the new values (config.yaml "
+            f"and the next checkpoints' manifests then record each change and step {step}, where it took effect)"
+        )
+    if changes:
+        logger.warning("--resume --allow_changes: %s, from step %d. The optimizer and scheduler state restored from "
+                       "%s keep their saved values.", ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in changes), step,
+                       checkpoint)
+        recorded += [{"step": step, "key": k, "old": o, "new": n} for k, o, n in changes]
+    base = {**used, **recipe.resolved} if changes else dict(recipe.resolved)
+    folder.resolved = {**base, **({"resumed_with_changes": recorded} if recorded else {})}
 
 
 def configure_reporting(recipe: Recipe) -> None:
@@ -209,5 +295,5 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
                             start_loss=first_logged_loss(folder.output_dir / "metrics.jsonl") if resume_step else None)
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / "metrics.jsonl",
-                 resume_step), interrupt, CheckpointManifestCallback()]
+                 resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder))]
     return callbacks, interrupt, health

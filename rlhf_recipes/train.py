@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -40,36 +41,48 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
         return 0
     folder = None
     try:
-        recipe = load_recipe(argv, construct=False)
-        folder = prepare_output_dir(recipe)
-        check_inputs(recipe)
-        folder.claim(recipe)
-    except RecipeError as e:
-        report_error(e)
-        return 2
-    except OSError as e:  # config.yaml could not be written
-        where = disk_full(e)
-        if where is None:
-            raise
         try:
+            recipe = load_recipe(argv, construct=False)
+            folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))
+            check_inputs(recipe)
+            folder.claim(recipe)
+        except RecipeError as e:
             if folder is not None:
-                folder.abandon()  # an --overwrite moved the old run aside: put it back
-        except OSError:
-            pass
-        report_error(RecipeError(f"no space left on device while writing {where}; nothing was started"))
-        return EXIT_FAILED
-    configure_reporting(recipe)
-    explain_once(recipe)
-    try:
-        trainer, family, interrupt, health = build(recipe, folder, extra_callbacks)
-    except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
-        folder.abandon()
-        report_error(e)
-        return 2
-    except BaseException:
-        folder.abandon()
-        raise
-    return train_and_report(recipe, folder, trainer, family, interrupt, health)
+                folder.abandon()
+            report_error(e)
+            return 2
+        except OSError as e:  # config.yaml could not be written
+            where = disk_full(e)
+            if where is None:
+                if folder is not None:
+                    folder.abandon()
+                raise
+            try:
+                if folder is not None:
+                    folder.abandon()  # an --overwrite moved the old run aside: put it back
+            except OSError:
+                pass
+            report_error(RecipeError(f"no space left on device while writing {where}; nothing was started"))
+            return EXIT_FAILED
+        except BaseException:
+            if folder is not None:
+                folder.abandon()
+            raise
+        configure_reporting(recipe)
+        explain_once(recipe)
+        try:
+            trainer, family, interrupt, health = build(recipe, folder, extra_callbacks)
+        except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
+            folder.abandon()
+            report_error(e)
+            return 2
+        except BaseException:
+            folder.abandon()
+            raise
+        return train_and_report(recipe, folder, trainer, family, interrupt, health)
+    finally:
+        if folder is not None:
+            folder.release()  # the folder's lock: held from before the folder was read until here
 
 
 def report_error(error: Exception) -> None:
@@ -88,6 +101,7 @@ def build(recipe, folder, extra_callbacks: tuple = ()):
 
     family = family_of(recipe.algorithm)
     recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
+    folder.agree_on_checkpoint()  # the process group is up now (TrainingArguments): every rank resumes the same one
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
     if recipe.value("num_generations") is not None:  # a family that generates: TRL never truncates its prompts

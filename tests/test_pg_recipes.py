@@ -292,3 +292,55 @@ def test_resume_at_an_epoch_boundary_keeps_the_prompt_order(tmp_path):
     assert sorted(after) == list(range(9, 17))
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
+
+
+@pytest.mark.parametrize("recipe, extra, at, steps", [
+    ("grpo.yaml", (), 2, 4),  # 4 optimizer steps per rollout batch: checkpoint-2 is in the middle of the first
+    ("grpo.yaml", ("--num_iterations", "2"), 5, 6),  # each batch trained twice: step 5 is the second pass's first
+    ("reinforce.yaml", ("--generation_batch_size", "16"), 1, 2),  # 2 steps per batch instead of the book's 1
+    ("ppo.yaml", (), 1, 2),  # 2 steps per batch; the value model and its optimizer resume too
+    ("dapo.yaml", ("--dynamic_sampling_reward", "low_token_fraction"), 2, 4),  # a batch refilled by dynamic sampling
+])
+def test_resume_inside_a_rollout_batch_is_exact(tmp_path, recipe, extra, at, steps):
+    """A preemption lands anywhere, also between the optimizer steps that share one rollout batch: the checkpoint
+    keeps the rest of the batch (pending_rollouts.py), so the resumed run trains on the same rollouts, and every
+    loss after the checkpoint equals the uninterrupted run's. A new batch would give other losses from there on.
+    A reward with variance, so that the losses are not all 0. (RLOO takes GRPO's path; checked by hand as well.)"""
+    rewards.register(low_token_fraction, replace=True)
+    out = tmp_path / "saved"
+    run_recipe(recipe, out, "--reward_funcs", "[low_token_fraction]", "--reward_weights", "[1.0]", "--max_steps",
+               str(steps), "--save_strategy", "steps", "--save_steps", "1", *extra)
+    assert torch.load(out / f"checkpoint-{at}" / "pending_rollouts-0.pt", weights_only=True)["buffered_inputs"]
+    resumed = tmp_path / "resumed"
+    resume_copy(out, resumed, at)
+    reference, after = losses_after(out, 0), losses_after(resumed, at)
+    assert sorted(after) == list(range(at + 1, steps + 1))
+    assert any(abs(reference[step]) > 1e-3 for step in after), reference
+    for step, loss in after.items():
+        assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step
+
+
+@pytest.mark.multiprocess
+def test_two_processes_resume_inside_a_rollout_batch_from_the_checkpoint_the_main_one_verified(tmp_path):
+    """Under two processes each keeps its own share of the rollout batch (pending_rollouts-<rank>.pt), and every
+    rank resumes from the checkpoint the main process verified: the newest one is damaged in place, which only
+    the main process's checksums see (the others check sizes), so without the broadcast rank 1 would load it."""
+    import shutil
+
+    out = tmp_path / "saved"
+    launch("ddp_2proc.yaml", "grpo.yaml", out, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "1")
+    assert {p.name for p in (out / "checkpoint-2").glob("pending_rollouts-*.pt")} == {"pending_rollouts-0.pt",
+                                                                                        "pending_rollouts-1.pt"}
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "final_results.json"))
+    damaged = resumed / "checkpoint-3" / "model.safetensors"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    log = launch("ddp_2proc.yaml", str(resumed / "config.yaml"), resumed, "--resume")
+    assert "skipping" in log.stderr and "checkpoint-3: model.safetensors does not match its checksum" in log.stderr
+    assert log.stderr.count("resuming inside a rollout batch") == 2  # both ranks, from checkpoint-2
+    reference, after = losses_after(out, 0), losses_after(resumed, 2)
+    assert sorted(after) == [3, 4]
+    for step, loss in after.items():
+        assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step

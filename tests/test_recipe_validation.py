@@ -196,7 +196,7 @@ def test_hh_rlhf_malformed_row_is_named():
 
     rows = [{"chosen": "\n\nHuman: hi\n\nAssistant: hello", "rejected": "\n\nHuman: hi\n\nAssistant: go away"},
             {"chosen": "no markers here", "rejected": "\n\nHuman: hi\n\nAssistant: x"}]
-    with pytest.raises(DataError, match=r"row 1: column `chosen` must start with"):
+    with pytest.raises(DataError, match=r"row 2: column `chosen` must start with"):
         normalize_rows(_dataset(rows), SOURCE, "hh")
 
 
@@ -219,7 +219,7 @@ def test_ultrafeedback_adapter_and_schema_errors():
     assert out[0]["prompt"] == [{"role": "user", "content": good["prompt"]}]
     assert out[0]["chosen"] == [good["chosen"][-1]]
     bad = {**good, "rejected": [{"role": "user", "content": "only one turn"}]}
-    with pytest.raises(DataError, match=r"row 1: column `rejected` must be a list of at least 2 messages"):
+    with pytest.raises(DataError, match=r"row 2: column `rejected` must be a list of at least 2 messages"):
         normalize_rows(_dataset([good, bad]), SOURCE, "uf")
     with pytest.raises(DataError, match=r"missing column\(s\) \['chosen'\]"):
         normalize_rows(_dataset([{"prompt": "x", "rejected": []}]), SOURCE, "uf")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RECIPES, read_metrics
-from rlhf_recipes.checkpoints import find_resumable_checkpoint
+from rlhf_recipes.checkpoints import checkpoint_step, find_resumable_checkpoint
 from rlhf_recipes.train import main as train
 
 
@@ -210,3 +210,245 @@ def test_a_metrics_row_torn_by_a_full_disk_is_skipped_where_rows_are_read(tmp_pa
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n{"step": 2, "lo')
     assert rows(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": 0.7}]
+
+
+# --------------------------------------------------------------------------------------
+# Class 5: one process per run folder, for the run's whole life
+
+
+def _start(*argv: str, env: dict | None = None):
+    """recipes/run.py ARGV as its own process, as a resubmitted job or a second terminal starts it."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    return subprocess.Popen([sys.executable, str(ROOT / "recipes" / "run.py"), *argv], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, process, seconds: float = 180.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended first ({process.returncode}): {process.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.2)
+
+
+def _complete_checkpoints(out: Path) -> list[str]:
+    return sorted((p.name for p in out.glob("checkpoint-*") if (p / "checkpoint_manifest.json").exists()),
+                  key=lambda n: int(n.split("-")[1]))
+
+
+def test_a_second_process_is_refused_while_the_run_lives_and_takes_over_once_it_is_killed(tmp_path, caplog):
+    """One real run, and real processes starting into its folder: refused while it runs (a resubmitted --resume,
+    a plain start, an --overwrite), --prune leaves it alone; killed outright, its lock is taken over with a
+    message by the next start, which resumes it; ended, --prune prunes it under the same lock."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from rlhf_recipes.tools.run_folder import SavedRun
+
+    out = tmp_path / "run"
+    first = _start(*tiny("dpo.yaml", out, "--max_steps", "100000", "--save_strategy", "steps", "--save_steps", "2"))
+    try:
+        _wait_for(lambda: len(_complete_checkpoints(out)) >= 2, first)
+        # Each refused in one line naming the holder, before anything is written (and before torch is imported).
+        for extra in (["--resume"], [], ["--overwrite"]):
+            second = subprocess.run([sys.executable, str(ROOT / "recipes" / "run.py"), str(out / "config.yaml"),
+                                     *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+            assert second.returncode == 2 and len(errors) == 1 and "Traceback" not in second.stderr, second.stderr
+            assert f"is in use by another run: pid {first.pid} on {socket.gethostname()}, since " in errors[0]
+            assert "Wait for it to end or stop it, or pick another --output_dir" in errors[0]
+        assert SavedRun.open(out).status.startswith("running (step")
+        before = _complete_checkpoints(out)
+        pruned = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(tmp_path), "--prune", "1"],
+                                cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        assert f"{out}: skipped, being written" in pruned, pruned
+        assert set(before) <= set(_complete_checkpoints(out))  # a live run's checkpoints are all still there
+        steps = [r["step"] for r in read_metrics(out) if "loss" in r]
+        assert steps == sorted(set(steps)), "two processes wrote metrics.jsonl"
+    finally:
+        first.send_signal(signal.SIGKILL)  # preempted outright: no handler runs, the holder file stays
+        first.wait()
+    assert json.loads((out / ".run.lock.json").read_text())["pid"] == first.pid
+    assert f"its process (pid {first.pid}) is gone (killed?)" in SavedRun.open(out).status
+    assert train([str(out / "config.yaml"), "--resume", "--beta", "0.5"]) == 2  # refused for beta...
+    assert json.loads((out / ".run.lock.json").read_text())["pid"] == first.pid  # ...and the folder left as found
+    caplog.clear()
+    resume_at = checkpoint_step(find_resumable_checkpoint(out).checkpoint)
+    assert train([str(out / "config.yaml"), "--resume", "--allow_changes", "--max_steps", str(resume_at + 1)]) == 0
+    assert (f"taking over the run lock of pid {first.pid} on" in caplog.text
+            and "which is no longer running: killed?" in caplog.text), caplog.text
+    assert json.loads((out / "final_results.json").read_text())["status"] == "finished"
+    assert not (out / ".run.lock.json").exists()  # released: nobody holds it
+    pruned = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(tmp_path), "--prune", "1"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "deleted checkpoint-" in pruned and len(_complete_checkpoints(out)) == 1, pruned
+
+
+def test_a_soft_lock_where_flock_does_not_reach_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path, monkeypatch,
+                                                                                                caplog):
+    """RLHF_RECIPES_RUN_LOCK=soft (NFS mounted nolock, Lustre with localflock): an exclusively created lock file,
+    which outlives a killed holder. A real holder process; killed, it is taken over on the same host."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from rlhf_recipes.run_lock import RunFolderInUse, RunLock
+
+    monkeypatch.setenv("RLHF_RECIPES_RUN_LOCK", "soft")
+    folder = tmp_path / "run"
+    hold = ("import sys, time; from rlhf_recipes.run_lock import RunLock; "
+            "lock = RunLock(sys.argv[1], 'the holder').acquire(); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(folder)], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderInUse, match=f"in use by another run: pid {holder.pid} on .*the holder"):
+            RunLock(folder).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (folder / ".run.lock").exists()  # a soft lock outlives its killed holder
+    lock = RunLock(folder, "the next run").acquire()
+    assert f"taking over the run lock of pid {holder.pid}" in caplog.text
+    lock.release()
+    assert not (folder / ".run.lock").exists() and not (folder / ".run.lock.json").exists()
+
+
+# --------------------------------------------------------------------------------------
+# Class 3: checkpoints corrupted in place are caught by their checksums at resume
+
+
+def _flip_a_byte(path: Path) -> None:
+    """The same size, one byte different: a bad block, or a copy that wrote the wrong data."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory):
+    """A tiny DPO run of 6 steps with a checkpoint every 2: the uninterrupted reference the copies resume beside."""
+    out = tmp_path_factory.mktemp("six") / "run"
+    assert train(tiny("dpo.yaml", out, "--max_steps", "6", "--save_strategy", "steps", "--save_steps", "2")) == 0
+    return out
+
+
+def test_a_damaged_checkpoint_is_skipped_for_the_newest_that_verifies_and_none_is_one_line(six_steps, tmp_path, capsys,
+                                                                                        caplog):
+    import shutil
+
+    reference = six_steps
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "final_results.json").unlink()
+    _flip_a_byte(out / "checkpoint-6" / "model.safetensors")  # same size: the sizes alone pass it
+    optimizer = out / "checkpoint-4" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:-100])  # truncated
+    from rlhf_recipes.checkpoints import incomplete_reason
+
+    assert incomplete_reason(out / "checkpoint-6") is None  # what `runs` checks: sizes
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    assert (f"skipping {out / 'checkpoint-6'}: model.safetensors does not match its checksum: xxh3_64 " in caplog.text
+            and "its bytes changed after the save" in caplog.text), caplog.text
+    assert f"skipping {out / 'checkpoint-4'}: optimizer.pt has " in caplog.text
+    # Resumed from checkpoint-2, and exactly: steps 3-6 again, with the uninterrupted run's losses.
+    expected = {r["step"]: r["loss"] for r in read_metrics(reference) if "loss" in r}
+    assert {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r} == pytest.approx(expected, rel=1e-4)
+
+    # Every checkpoint damaged: one line naming each, and why.
+    for step in (2, 4, 6):
+        _flip_a_byte(out / f"checkpoint-{step}" / "model.safetensors")
+    (out / "final_results.json").unlink()
+    line = fails(capsys, str(out / "config.yaml"), "--resume")
+    assert f"--resume: no complete checkpoint in {out} verifies: checkpoint-6 (model.safetensors does not match" in line
+    assert "; checkpoint-4 (model.safetensors does not match" in line and "; checkpoint-2 (" in line, line
+    line = fails(capsys, str(out / "config.yaml"), "--resume", str(out / "checkpoint-4"))
+    assert "incomplete or damaged checkpoint (model.safetensors does not match its checksum: xxh3_64" in line, line
+
+
+# --------------------------------------------------------------------------------------
+# Class 6: a resume is compared with the settings the run used (its checkpoint's manifest), not an edited config.yaml
+
+
+def test_a_resume_after_config_yaml_was_edited_by_hand_is_refused_unless_allowed_and_then_recorded(six_steps, tmp_path,
+                                                                                                      capsys):
+    import shutil
+
+    import yaml
+
+    from rlhf_recipes.checkpoints import read_manifest
+    from rlhf_recipes.run_setup import meaning_hash
+
+    reference = six_steps
+    manifest = read_manifest(reference / "checkpoint-4")
+    assert manifest["settings"]["beta"] == 0.1 and manifest["settings_sha256"] == meaning_hash(manifest["settings"])
+    out = tmp_path / "run"
+    shutil.copytree(reference, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("\nbeta: 0.1\n", "\nbeta: 0.5\n"))  # edited by hand
+    edited = config.read_text()
+    line = fails(capsys, str(config), "--resume")
+    assert "--resume would change what" in line and "`beta` 0.1 -> 0.5" in line, line
+    assert f"config.yaml was edited after checkpoint-4 was saved" in line and "--allow_changes" in line, line
+    assert config.read_text() == edited  # refused: nothing written
+
+    assert train([str(config), "--resume", "--allow_changes"]) == 0
+    record = [{"step": 4, "key": "beta", "old": 0.1, "new": 0.5}]
+    assert yaml.safe_load(config.read_text())["resumed_with_changes"] == record
+    later = read_manifest(out / "checkpoint-6")
+    assert later["settings"]["beta"] == 0.5 and later["settings_changes"] == record
+    # Resumed again from checkpoint-6, saved with the new value: no refusal, and the record is kept.
+    (out / "final_results.json").unlink()
+    assert train([str(config), "--resume"]) == 0
+    assert yaml.safe_load(config.read_text())["resumed_with_changes"] == record
+    # From checkpoint-4, trained with the old value, the same config.yaml is a change again.
+    line = fails(capsys, str(config), "--resume", str(out / "checkpoint-4"))
+    assert "`beta` 0.1 -> 0.5" in line, line
+
+
+# --------------------------------------------------------------------------------------
+# Class 1: every data row is checked before anything loads; errors name the 1-based line, the column and the fix
+
+GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
+            "rejected": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Go away."}]}
+_GOOD = json.dumps(GOOD_ROW).encode()
+_EMPTY_CHOSEN = json.dumps({**GOOD_ROW, "chosen": [GOOD_ROW["chosen"][0], {"role": "assistant", "content": ""}]})
+
+
+@pytest.mark.parametrize("case, content, expected", [
+    ("malformed JSON at line 300", b"\n".join([_GOOD] * 299 + [b'{"prompt": "Hi?", "chosen": ]'] + [_GOOD] * 5),
+     "line 300, column 29: not valid JSON (Expecting value). JSONL wants one JSON object per line"),
+    ("a file cut off mid-line", b"\n".join([_GOOD] * 299 + [_GOOD[:70]]),
+     "line 300 is cut off: the file ends in the middle of a JSON object (an interrupted download or copy?)"),
+    ("an empty chosen at line 300", b"\n".join([_GOOD] * 299 + [_EMPTY_CHOSEN.encode()]) + b"\n",
+     "line 300: column `chosen`: the assistant's reply is empty; fill it in or remove the row"),
+    ("non-UTF-8 bytes at line 300", b"\n".join([_GOOD] * 299 + [_GOOD.replace(b"Hello.", b"H\xe9llo.")]) + b"\n",
+     "line 300, column 101: byte e9 is not UTF-8. Save the file as UTF-8"),
+    ("a CSV given as JSONL", b"prompt,chosen,rejected\nHi?,Hello.,Go away.\n",
+     "line 1 is a CSV header (prompt,chosen,rejected), not a JSON object: this is a CSV file. Convert it to JSONL"),
+    ("a bad row at line 100000", b"\n".join([_GOOD] * 99999 + [json.dumps({**GOOD_ROW, "chosen": "text"}).encode()]),
+     "line 100000: column `chosen` must be a list of at least 2 messages"),
+])
+def test_a_bad_row_anywhere_is_one_line_before_anything_loads(tmp_path, capsys, case, content, expected):
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(content)
+    out = tmp_path / "run"
+    line = fails(capsys, *tiny("dpo.yaml", out, "--data_files", str(data)))
+    assert line.startswith(f"error: command line: `data_files`: {data} "), line
+    assert expected in line, line
+    assert not out.exists()

@@ -66,7 +66,7 @@ def test_gsm8k_rollouts_malformed_rows_name_the_row(mutate, message):
     with pytest.raises(DataError, match=message) as err:
         normalize("gsm8k_rollouts", rows)
     if message != "missing column":
-        assert "row 2" in str(err.value)
+        assert "row 3" in str(err.value)  # rows[2]: 1-based
 
 
 def test_adapters_reject_wrong_types_with_the_column_name():
@@ -131,7 +131,7 @@ def test_prm800k_malformed_rows_name_the_row(mutate, message):
     mutate(rows[1])
     with pytest.raises(DataError, match=message) as err:
         normalize("prm800k", [json.loads(json.dumps(r)) for r in rows])
-    assert "row 1" in str(err.value)
+    assert "row 2" in str(err.value)  # rows[1]: 1-based
 
 
 def test_prm800k_human_completion_and_unrated_steps():
@@ -162,7 +162,7 @@ def test_hh_rlhf_real_rows_split_the_shared_prefix_into_the_prompt():
 def test_hh_rlhf_malformed_row_names_the_row():
     rows = fixture_rows("hh-rlhf/harmless-base-test.jsonl")[:3]
     rows[2] = {"chosen": "Human: no leading blank lines", "rejected": rows[2]["rejected"]}
-    with pytest.raises(DataError, match="row 2.*must start with"):
+    with pytest.raises(DataError, match="row 3.*must start with"):
         normalize("hh_rlhf", rows)
 
 
@@ -172,7 +172,7 @@ def test_ultrafeedback_rows_and_malformed_row():
     assert out[0]["prompt"] == [{"role": "user", "content": rows[0]["prompt"]}]
     assert out[0]["chosen"] == [rows[0]["chosen"][-1]]
     rows[5] = {**rows[5], "rejected": rows[5]["rejected"][1:]}  # the user turn is missing
-    with pytest.raises(DataError, match="row 5.*`rejected` must be a list of at least 2 messages"):
+    with pytest.raises(DataError, match="row 6.*`rejected` must be a list of at least 2 messages"):
         normalize("ultrafeedback", rows)
 
 

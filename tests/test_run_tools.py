@@ -118,7 +118,8 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
     # own code) and is saving a checkpoint (no manifest yet).
     shutil.copytree(runs / "finished", root / "resuming")
     recipe = load_recipe([str(root / "resuming" / "config.yaml"), "--resume"], construct=False)
-    prepare_output_dir(recipe).claim(recipe)
+    resuming = prepare_output_dir(recipe)  # holds the folder's lock, as the run would, until released
+    resuming.claim(recipe)
     (root / "resuming" / "checkpoint-4").mkdir()
     (root / "resuming" / "checkpoint-4" / "model.safetensors").write_bytes(b"0" * 1000)
 
@@ -135,7 +136,9 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
     assert listed["resuming"]["being_written"] and listed["resuming"]["status"].startswith("running")
     assert {p: p.stat().st_mtime_ns for p in (root / "resuming").rglob("*")} == before, "touched a live run"
 
-    # The same run, silent for two hours: maybe killed, maybe a slow step. Still never pruned.
+    # The same run, its process gone without a result, silent for two hours. Still never pruned (a run by an older
+    # version, which holds no lock, looks the same).
+    resuming.release()
     for p in [root / "resuming", *(root / "resuming").rglob("*")]:  # every time 2 h back, their order kept
         os.utime(p, (p.stat().st_atime - 7200, p.stat().st_mtime - 7200))
     again = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(root), "--prune", "1"],

@@ -97,7 +97,7 @@ def test_adapter_drops_rows_not_ending_with_the_assistant(caplog):
         assert norm["prompt"] == row["messages"][:-1] and norm["completion"] == row["messages"][-1:]
     assert any(n["prompt"][0]["role"] == "system" and len(n["prompt"]) > 2 for n in out)
     bad = Dataset.from_list([{**rows[0], "messages": [{"role": "user"}]}])
-    with pytest.raises(DataError, match="row 0"):
+    with pytest.raises(DataError, match="row 1:"):
         normalize_rows(bad, SOURCE, "bad")
 
 

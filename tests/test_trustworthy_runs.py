@@ -113,7 +113,7 @@ GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"ro
 @pytest.mark.parametrize("case, content, expected", [
     ("missing", None, "no such file"),
     ("empty", "", "is empty"),
-    ("not json", '{"prompt": "a", \n', "line 1 is not valid JSON"),
+    ("not json", '{"prompt": "a", \n', "line 1, column 17: not valid JSON (Expecting property name"),
     ("missing column", json.dumps({"prompt": "a", "chosen": []}) + "\n", "missing column(s) rejected"),
     ("wrong type", json.dumps({**GOOD_ROW, "prompt": 3}) + "\n", "`prompt` must be a non-empty string"),
     ("bad second row", json.dumps(GOOD_ROW) + "\n" + json.dumps({**GOOD_ROW, "chosen": "text"}) + "\n",
@@ -203,11 +203,11 @@ def test_an_overwrite_whose_start_fails_puts_the_old_run_back(six_steps, tmp_pat
     out = tmp_path / "run"
     shutil.copytree(six_steps, out)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    # The data is broken in a way only the full load finds (a row past the first 200 checked up front).
+    # A bad row deep in the data (every row is checked before anything loads), named by its 1-based line.
     rows = [json.dumps(GOOD_ROW)] * 210 + [json.dumps({**GOOD_ROW, "prompt": ""})]
     data = _write(tmp_path / "late-bad.jsonl", "\n".join(rows) + "\n")
     assert train(dpo("--output_dir", str(out), "--overwrite", "--data_files", data, "--num_samples", "300")) == 2
-    assert "row 210" in capsys.readouterr().err
+    assert "late-bad.jsonl line 211: column `prompt`: the text is empty" in capsys.readouterr().err
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert json.loads((out / "final_results.json").read_text())["steps"] == 6
 
@@ -261,7 +261,11 @@ def test_manifest_lists_every_file_and_catches_truncation(tmp_path):
     (folder / "sub" / "b.json").write_text("{}")
     assert incomplete_reason(folder) == "no manifest (its save did not finish)"
     write_manifest(folder, 3)
-    assert json.loads((folder / MANIFEST).read_text()) == {"step": 3, "files": {"a.bin": 10, "sub/b.json": 2}}
+    from rlhf_recipes.checkpoints import file_checksum
+
+    assert json.loads((folder / MANIFEST).read_text()) == {
+        "step": 3, "files": {"a.bin": 10, "sub/b.json": 2},
+        "xxh3_64": {"a.bin": file_checksum(folder / "a.bin"), "sub/b.json": file_checksum(folder / "sub" / "b.json")}}
     assert incomplete_reason(folder) is None
     (folder / "a.bin").write_bytes(b"x" * 4)
     assert incomplete_reason(folder) == "a.bin has 4 bytes, the manifest says 10"

@@ -2,7 +2,8 @@
 
 The math lives in pure functions (advantages.py, objectives.py); this module is plumbing.
 The options are BookGRPOConfig's (config.py); DAPO's dynamic sampling is dynamic_sampling.py,
-the health checks and the rollout database health.py, batch surgery rollout_batch.py.
+the health checks and the rollout database health.py, batch surgery rollout_batch.py, exact resume inside
+a rollout batch pending_rollouts.py.
 
 `BookGRPOTrainer` keeps GRPOTrainer's engine (sampling, reward calls, buffering a rollout
 batch over several optimizer steps, old log-probs, DDP/ZeRO, PEFT, vLLM) and overrides only:
@@ -51,6 +52,7 @@ from custom_losses.policy_gradient.config import (
 )
 from custom_losses.policy_gradient.dynamic_sampling import DynamicSamplingMixin
 from custom_losses.policy_gradient.health import RolloutMonitorMixin, check_logprobs
+from custom_losses.policy_gradient.pending_rollouts import PendingRolloutsMixin
 from custom_losses.policy_gradient.objectives import (
     cispo_loss, kl_estimate, policy_gradient_loss, seq_mean, sequence_kl, token_mean,
 )
@@ -122,7 +124,7 @@ class EpochSeededRepeatSampler(RepeatSampler):
         return super().__iter__()
 
 
-class BookGRPOTrainer(DynamicSamplingMixin, RolloutMonitorMixin, GRPOTrainer):
+class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitorMixin, GRPOTrainer):
     """GRPOTrainer computing the book's advantages and objectives; see the module docstring."""
 
     def __init__(self, model, reward_funcs=None, args: BookGRPOConfig | None = None, **kwargs):

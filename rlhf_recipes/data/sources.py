@@ -72,7 +72,8 @@ def normalize_rows(dataset: "Dataset", source: DataSource, where: str, system_pr
         try:
             return source.normalize(row)
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{where}: row {index}: {e}") from e
+            # 1-based, as an editor numbers lines: the row-th row of the data as loaded (shuffled, if asked)
+            raise DataError(f"{where}: row {index + 1}: {e}") from e
 
     # Rows without signal are found and removed first: a map whose rows have different keys
     # (a dropped row has none of the output columns) breaks Arrow's schema.

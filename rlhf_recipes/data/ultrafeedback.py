@@ -28,6 +28,8 @@ def normalize(row: dict[str, Any]) -> dict[str, Any]:
     rejected = _assistant_reply(row["rejected"], "rejected")
     if chosen == rejected:
         return {DROP: "identical chosen and rejected"}
+    if not chosen[0]["content"].strip() or not rejected[0]["content"].strip():
+        return {DROP: "empty response"}  # as hh_rlhf; a local file's empty reply is an error before loading
     return {"prompt": [{"role": "user", "content": prompt}], "chosen": chosen, "rejected": rejected}
 
 

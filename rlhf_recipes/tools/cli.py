@@ -6,6 +6,7 @@
     rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
     rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
     rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
+    rlhf-recipes bench-integrity                            # checkpoint checksums per GB, every data row checked
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
     rlhf-recipes sweep recipes/dpo.yaml --grid beta=0.05,0.1 --seeds 3   # a controlled experiment over seeds
@@ -44,6 +45,8 @@ COMMANDS: dict[str, Command] = {
                                "time the book's own policy-gradient loop on the shapes bench-phases measures (GPU)"),
     "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
                             "try every kind of bad input and time how long each takes to be reported"),
+    "bench-integrity": Command("rlhf_recipes.tools.bench.integrity:main",
+                               "what the integrity checks cost: checkpoint checksums per GB, a 100k-row data file"),
     "bench-sweep": Command("rlhf_recipes.tools.bench.sweep_workers:main",
                            "a sweep with --workers 1 against --workers W: wall times and the speed-up"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",

@@ -8,8 +8,10 @@ their manifest is written, checkpoints.py), the trained model, final_results.jso
 "Being written": a run whose latest start (config.yaml's time) has no final_results.json written after
 it. The runner writes final_results.json however training ends (an exception included), so such a
 folder is a run in progress, or one whose process was killed outright (SIGKILL, out of memory, a lost
-machine); from the folder alone the two look the same, so tools that delete anything leave both alone.
-Nothing here imports torch.
+machine). The folder's lock (run_lock.py) tells them apart where it can: `.run.lock.json` names the process
+that holds it, or held it and was killed; on this host whether that process still runs is known. Where it cannot
+be told (another host, a run by an older version) a run that wrote in the last 15 minutes is shown as running.
+Tools that delete anything leave both alone. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from rlhf_recipes.checkpoints import checkpoint_step, incomplete_reason, is_checkpoint_dir
 from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_lock import Holder
 from rlhf_recipes.run_setup import read_run_config
 
 EVAL_SUBDIR = "eval"  # RUN_DIR/eval/<name>.json: one evaluation's results
@@ -136,6 +139,11 @@ class SavedRun:
         paths += [c.path for c in self.checkpoints]
         return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
+    @cached_property
+    def holder(self) -> Holder | None:
+        """The process holding the folder's lock, or the last one to, if it was killed (.run.lock.json)."""
+        return Holder.read(self.path)
+
     @property
     def status(self) -> str:
         """finished / interrupted at step N / stopped by a health check at step N / failed at step N /
@@ -144,8 +152,12 @@ class SavedRun:
         at = f" at step {step}" if step is not None else ""
         if self.results is None:
             idle = time.time() - self.last_write()
-            if idle < RECENT_SECONDS:
+            alive = self.holder.alive() if self.holder is not None else None
+            if alive is True or (alive is None and idle < RECENT_SECONDS):
                 return f"running (step {step})" if step is not None else "running (starting)"
+            if alive is False:
+                return f"no result{at}, last written {_ago(idle)} ago: its process (pid {self.holder.pid}) is gone " \
+                       "(killed?)"
             return f"no result{at}, last written {_ago(idle)} ago (killed?)"
         status = self.results.get("status") or ("interrupted" if self.results.get("interrupted") else "finished")
         return "finished" if status == "finished" else f"{_STATUS_WORDS.get(status, status)}{at}"

@@ -12,8 +12,9 @@ size on disk and checkpoints (complete, and incomplete ones: saves that did not 
 
 --prune K keeps the K newest complete checkpoints of every run (K >= 1: the newest complete one is what
 --resume continues from) and deletes its older ones and its incomplete ones. A run being written (no
-final_results.json since its latest start: running, or killed outright) is never touched, and each
-run is checked again right before its checkpoints are deleted.
+final_results.json since its latest start: running, or killed outright) is never touched. Each run's
+checkpoints are deleted under the run folder's own lock (rlhf_recipes/run_lock.py): a run that holds it
+is skipped, and no run can start in the folder until its pruning is done.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from rlhf_recipes.run_lock import RunFolderInUse, RunLock
 from rlhf_recipes.tools.run_folder import Checkpoint, SavedRun, find_runs
 
 DEFAULT_ROOT = "outputs"
@@ -114,16 +116,30 @@ def prune(runs: list[SavedRun], keep: int, dry_run: bool) -> int:
         doomed = prunable(run, keep)
         if not doomed:
             continue
-        # Checked again just before deleting: a --resume may have started since the listing.
-        if not dry_run and SavedRun.open(run.path).being_written:
-            print(f"{run.path}: skipped, a run started in it meanwhile")
-            continue
-        for c in doomed:
+        lock = RunLock(run.path, command="rlhf-recipes runs --prune")
+        if not dry_run:
+            try:
+                lock.acquire()  # a run that starts now is refused until the pruning is done
+            except RunFolderInUse as e:
+                who = e.holder.describe() if e.holder is not None else "a process that is starting"
+                print(f"{run.path}: skipped, in use by {who}")
+                continue
+        try:
+            # Read again under the lock: a --resume may have started, or ended, since the listing.
             if not dry_run:
-                shutil.rmtree(c.path)
-            why = f" (incomplete: {c.incomplete})" if c.incomplete else ""
-            print(f"{run.path}: {verb} {c.path.name}{why}, {decimal(c.bytes)}")
-            total += c.bytes
+                run = SavedRun.open(run.path)
+                if run.being_written:
+                    print(f"{run.path}: skipped, a run started in it meanwhile")
+                    continue
+                doomed = prunable(run, keep)
+            for c in doomed:
+                if not dry_run:
+                    shutil.rmtree(c.path)
+                why = f" (incomplete: {c.incomplete})" if c.incomplete else ""
+                print(f"{run.path}: {verb} {c.path.name}{why}, {decimal(c.bytes)}")
+                total += c.bytes
+        finally:
+            lock.release()
     exact = f" ({total} bytes)" if total >= 1000 else ""
     print(f"{'would free' if dry_run else 'freed'} {decimal(total)}{exact}; kept the last {keep} complete "
           "checkpoint(s) of every run")

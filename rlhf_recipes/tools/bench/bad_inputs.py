@@ -13,6 +13,11 @@ its exit code and stderr:
   silent     exit 0: the mistake was not noticed
   unclear    any other failure (a message, but not one line, or a wrong exit code)
 `seconds` is the wall time from start to exit: for a clear error, the time-to-error.
+
+A few cases need more than files: `setup` builds what they point at (a checkpoint damaged in place, a run folder
+whose config.yaml was edited by hand), and `hold` first starts a real run into a folder and waits until it has
+saved a checkpoint, so that the case is a second process starting into a running folder (the holder is stopped
+after the case).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 GOOD_ROW = {"prompt": "Hi?", "chosen": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
             "rejected": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Go away."}]}
@@ -38,6 +44,9 @@ class Case:
     argv: tuple[str, ...]  # after `recipes/run.py` (or the tool's name); {r} = the repo's recipes/, {s} = scratch
     expect: int = 2  # the exit code of a clear report
     tool: str | None = None  # an `rlhf-recipes` command (evaluate, compare, ...) instead of recipes/run.py
+    setup: Callable[[Path, Path], None] | None = None  # (repo, scratch) -> builds what the case points at
+    hold: str | None = None  # a run folder ({s}/...) that a real run is writing into while the case starts
+    timeout: int | None = None  # seconds, where the default would be far too long (a case that never ends)
 
 
 def _tiny(recipe: str, *extra: str) -> tuple[str, ...]:
@@ -46,6 +55,39 @@ def _tiny(recipe: str, *extra: str) -> tuple[str, ...]:
 
 def _tool(group: str, name: str, command: str, *argv: str) -> Case:
     return Case(group, name, argv, tool=command)
+
+
+def _damaged_checkpoints(repo: Path, scratch: Path) -> None:
+    """{s}/damaged: checkpoints 2 and 4 whose manifests match their files' sizes, each with one byte flipped since."""
+    from rlhf_recipes.checkpoints import write_manifest
+
+    for step in (2, 4):
+        folder = scratch / "damaged" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+        write_manifest(folder, step)
+        data = bytearray((folder / "model.safetensors").read_bytes())
+        data[100] ^= 0xFF
+        (folder / "model.safetensors").write_bytes(bytes(data))
+
+
+def _edited_config(repo: Path, scratch: Path) -> None:
+    """{s}/edited: a tiny DPO run folder with a checkpoint saved at beta 0.1, then config.yaml edited to 0.5."""
+    from rlhf_recipes.checkpoints import write_manifest
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.report import write_config
+    from rlhf_recipes.run_setup import RunFolder, manifest_settings
+
+    out = scratch / "edited"
+    recipe = load_recipe([str(repo / "recipes" / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(out)],
+                         construct=False)
+    write_config(recipe, out)
+    checkpoint = out / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text("{}")
+    write_manifest(checkpoint, 2, manifest_settings(RunFolder(out, resolved=dict(recipe.resolved))))
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("\nbeta: 0.1\n", "\nbeta: 0.5\n"))
 
 
 CASES: tuple[Case, ...] = (
@@ -88,6 +130,11 @@ CASES: tuple[Case, ...] = (
     Case("data", "column missing", _tiny("dpo.yaml", "--data_files", "{s}/nocolumn.jsonl")),
     Case("data", "column of the wrong type", _tiny("dpo.yaml", "--data_files", "{s}/wrongtype.jsonl")),
     Case("data", "dataset adapter misspelt", _tiny("dpo.yaml", "--dataset", "ultrafedback")),
+    Case("data", "malformed JSON at line 300", _tiny("dpo.yaml", "--data_files", "{s}/bad300.jsonl")),
+    Case("data", "file cut off mid-line", _tiny("dpo.yaml", "--data_files", "{s}/cut.jsonl")),
+    Case("data", "empty chosen at line 300", _tiny("dpo.yaml", "--data_files", "{s}/empty300.jsonl")),
+    Case("data", "non-UTF-8 bytes at line 300", _tiny("dpo.yaml", "--data_files", "{s}/latin1.jsonl")),
+    Case("data", "a CSV given as JSONL", _tiny("dpo.yaml", "--data_files", "{s}/table.jsonl")),
     # Models
     Case("models", "model folder missing", _tiny("dpo.yaml", "--model_name_or_path", "./no/such/model")),
     Case("models", "empty model folder", _tiny("dpo.yaml", "--model_name_or_path", "{s}/empty-model")),
@@ -108,6 +155,12 @@ CASES: tuple[Case, ...] = (
     Case("runs", "--resume with no checkpoint", _tiny("dpo.yaml", "--resume")),
     Case("runs", "--resume and --overwrite together", _tiny("dpo.yaml", "--resume", "--overwrite")),
     Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
+    Case("runs", "second process starting into a running folder (--resume)", ("{s}/busy/config.yaml", "--resume"),
+         hold="{s}/busy", timeout=120),
+    Case("runs", "--resume, every checkpoint damaged in place (same size, a byte flipped)",
+         _tiny("dpo.yaml", "--output_dir", "{s}/damaged", "--resume"), setup=_damaged_checkpoints),
+    Case("runs", "--resume after config.yaml was edited by hand", ("{s}/edited/config.yaml", "--resume"),
+         setup=_edited_config, timeout=120),
     Case("runs", "output_dir that cannot be written (a file in the way)", _tiny("dpo.yaml", "--output_dir",
                                                                               "{s}/afile/run")),
     Case("runs", "learning rate 1e30 (NaN weights): failed, last good checkpoint kept",
@@ -155,6 +208,14 @@ def make_scratch(folder: Path) -> None:
     write("notjson.jsonl", '{"prompt": "a",\n')
     write("nocolumn.jsonl", json.dumps({"prompt": "a", "chosen": []}) + "\n")
     write("wrongtype.jsonl", json.dumps({**GOOD_ROW, "prompt": 3}) + "\n")
+    good = [json.dumps(GOOD_ROW)] * 299
+    write("bad300.jsonl", "\n".join([*good, '{"prompt": "Hi?", "chosen": ]']) + "\n")
+    write("cut.jsonl", "\n".join([*good, json.dumps(GOOD_ROW)[:70]]))  # no newline: the copy stopped there
+    empty = {**GOOD_ROW, "chosen": [GOOD_ROW["chosen"][0], {"role": "assistant", "content": ""}]}
+    write("empty300.jsonl", "\n".join([*good, json.dumps(empty)]) + "\n")
+    (folder / "latin1.jsonl").write_bytes(("\n".join(good) + "\n").encode() + json.dumps(
+        {**GOOD_ROW, "prompt": "Caf\u00e9?"}, ensure_ascii=False).encode("latin-1") + b"\n")
+    write("table.jsonl", "prompt,chosen,rejected\nHi?,Hello.,Go away.\n")
     (folder / "empty-model").mkdir()
     (folder / "config-only").mkdir()
     write("config-only/config.json", "{}")
@@ -184,10 +245,29 @@ def judge(code: int, stderr: str, expect: int) -> str:
     return "unclear"
 
 
+def start_holder(repo: Path, folder: Path, env: dict, timeout: float = 300) -> subprocess.Popen:
+    """A real tiny run writing into `folder`, returned once it has saved a checkpoint (it runs until stopped)."""
+    holder = subprocess.Popen([sys.executable, str(repo / "recipes" / "run.py"), str(repo / "recipes" / "dpo.yaml"),
+                               "--profile", "tiny", "--output_dir", str(folder), "--max_steps", "1000000",
+                               "--save_strategy", "steps", "--save_steps", "2"], cwd=folder.parent, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while not any(folder.glob("checkpoint-*/checkpoint_manifest.json")):
+        if holder.poll() is not None or time.monotonic() > deadline:
+            holder.kill()
+            raise RuntimeError(f"the run meant to hold {folder} ended or stalled before its first checkpoint")
+        time.sleep(0.2)
+    return holder
+
+
 def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
     argv = [a.replace("{r}", str(repo / "recipes")).replace("{s}", str(scratch)) for a in case.argv]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
            "HF_HOME": str(scratch / "hf-home")}
+    timeout = min(timeout, case.timeout or timeout)
+    if case.setup is not None:
+        case.setup(repo, scratch)
+    holder = start_holder(repo, Path(case.hold.replace("{s}", str(scratch))), env) if case.hold else None
     start = time.time()
     try:
         command = ["-m", "rlhf_recipes.tools", case.tool] if case.tool else [str(repo / "recipes" / "run.py")]
@@ -198,6 +278,10 @@ def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
         code, stderr = done.returncode, done.stderr
     except subprocess.TimeoutExpired:
         code, stderr = -1, "timeout"
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
     seconds = time.time() - start
     errors = error_lines(stderr)
     message = errors[0] if errors else (stderr.strip().splitlines() or [""])[-1]
