@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import accelerate.tracking  # noqa: F401  (imported before wandb is replaced: it asks whether wandb is installed)
 
     from rlhf_recipes.tiny import tiny_model_path
-    from rlhf_recipes.tools.bench.families import build_random_model
+    from rlhf_recipes.tools.bench.families import ARCHITECTURES, build_random_model
 
     if not torch.cuda.is_available():
         parser.error("the book's loop at real shapes needs a CUDA GPU")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.modules["wandb"] = types.SimpleNamespace(init=lambda **_: None, log=log)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
-    arch = {"Qwen/Qwen3-1.7B": "qwen3-1.7b", "Qwen/Qwen3-0.6B": "qwen3-0.6b"}.get(cfg["model_name"])
+    arch = {hub_id: name for name, hub_id in ARCHITECTURES.items()}.get(cfg["model_name"])  # the shipped shapes
     if arch is None:
         parser.error(f"{args.loss}.yaml's model {cfg['model_name']} has no shipped architecture here")
     with tempfile.TemporaryDirectory() as work:
