@@ -582,11 +582,11 @@ def test_tiny_profile_runs_compare_end_to_end(tmp_path):
 
 
 def _nano_run_copy(tmp_path: Path, algorithm: str, reward_shift: float) -> Path:
-    """A user's nano run: the recorded run's folder with its training reward shifted (a different run)."""
+    """A user's nano run: the recorded run's folder (seed 0) with its training reward shifted (a different run)."""
     from rlhf_recipes.tools.compare.nano_reference import NANO_RUNS_DIR
 
     run = tmp_path / f"{algorithm}-nano"
-    shutil.copytree(NANO_RUNS_DIR / algorithm, run)
+    shutil.copytree(NANO_RUNS_DIR / algorithm / "seed-0", run)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     for row in rows:
         if "reward" in row:
@@ -601,13 +601,14 @@ def test_reference_nano_lays_a_nano_run_over_the_recorded_one(tmp_path, capsys):
     run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.25)
     assert main([str(run), "--reference", "nano", "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    assert "project nano run: grpo" in out and "not the book's" in out
+    assert "project nano run: grpo/seed-0" in out and "not the book's" in out
     summary = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     paths = [Path(r["path"]).resolve() for r in summary["runs"]]
-    assert paths == [run.resolve(), (REPO / "reference_runs" / "nano" / "grpo").resolve()]
+    recorded = REPO / "reference_runs" / "nano" / "grpo"
+    assert paths == [run.resolve(), *[(recorded / f"seed-{s}").resolve() for s in range(3)]]  # every recorded seed
     means = summary["final_means"]["reward"]
-    assert means["grpo-nano"] == pytest.approx(means["project nano run: grpo"] + 0.25)
-    assert "nano_book" in summary["heldout"]["project nano run: grpo"]  # the recorded held-out result rides along
+    assert means["grpo-nano"] == pytest.approx(means["project nano run: grpo/seed-0"] + 0.25)
+    assert "nano_book" in summary["heldout"]["project nano run: grpo/seed-2"]  # the recorded held-out results ride along
 
 
 def test_reference_nano_names_what_is_missing_and_flags_non_nano_runs(tmp_path):

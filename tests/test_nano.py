@@ -118,22 +118,32 @@ def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
 
 @pytest.mark.parametrize("family", ["policy_gradient", "direct_alignment"])
 def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(family, tmp_path):
-    """The recorded nano runs of a family (reference_runs/nano/) go through nano-book's own summary, plot and table:
-    every algorithm of the family is there with a gain per held-out metric, its interval and a wall time; a bad
-    --algorithms or --family is refused."""
+    """The recorded nano runs of a family (reference_runs/nano/<algorithm>/seed-<s>/, 2-3 training seeds) go through
+    nano-book's own summary, seed aggregation, plot and table: every algorithm of the family is there with every
+    seed, a gain per held-out metric inside its interval and a wall time, and the shipped JSON's numbers are what
+    the runs give; a bad --algorithms or --family is refused."""
     from rlhf_recipes.paths import REFERENCE_RUNS_DIR
-    from rlhf_recipes.tools.nano_book import book_metrics, nano_algorithms, parse, plot, summary, table
+    from rlhf_recipes.tools.nano_book import book_metrics, nano_algorithms, over_seeds, parse, plot, summary, table
 
     heldout, _ = book_metrics(family)
+    shipped = {row["algorithm"]: row for row in json.loads(
+        (REFERENCE_RUNS_DIR / "nano" / f"nano_book_{family}.json").read_text())["algorithms"]}
     rows = []
     for name in nano_algorithms(family):
-        run = REFERENCE_RUNS_DIR / "nano" / name
-        wall = json.loads((run / "nano_book_wall_s.json").read_text())["wall_s"]
-        row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()), family)
+        per_seed = []
+        for run in sorted((REFERENCE_RUNS_DIR / "nano" / name).glob("seed-*")):
+            wall = json.loads((run / "nano_book_wall_s.json").read_text())["wall_s"]
+            row = summary(name, run, wall, json.loads((run / "eval" / "nano_book.json").read_text()), family)
+            for metric in heldout:
+                low, high = row["metrics"][metric]["gain_interval"]
+                assert low <= row["metrics"][metric]["gain"] <= high and row["curves"]["heldout"][metric]
+            assert row["curves"]["training"]
+            per_seed.append(row)
+        assert len(per_seed) == shipped[name]["seeds"] >= 2, name  # policy gradients 3 seeds, direct alignment 2
+        row = over_seeds(per_seed)
         for metric in heldout:
-            low, high = row["metrics"][metric]["gain_interval"]
-            assert low <= row["metrics"][metric]["gain"] <= high and row["curves"]["heldout"][metric]
-        assert row["curves"]["training"]
+            assert row["metrics"][metric]["gain"] == pytest.approx(shipped[name]["metrics"][metric]["gain"])
+        assert row["learns"] == shipped[name]["learns"]
         rows.append(row)
     plot(rows, tmp_path / "nano_book.png", family)
     assert (tmp_path / "nano_book.png").stat().st_size > 10_000

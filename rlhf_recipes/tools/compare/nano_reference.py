@@ -2,9 +2,11 @@
 
 The book's published runs train Qwen3-1.7B on GPUs; a `--profile nano` run (docs/nano.md) is the same recipe
 in miniature on a CPU, so its natural reference is not the book's run but ours: reference_runs/nano/<algorithm>/
-(recorded by `rlhf-recipes nano-book`, shipped without weights, labelled as this project's runs). This module
-finds that folder for each run and hands the pair to the ordinary local comparison (one figure, the final means,
-and each run's held-out evaluation with its interval), offline.
+(recorded by `rlhf-recipes nano-book --seeds 3`: one folder per training seed, <algorithm>/seed-<s>/; a folder
+recorded with one seed holds the run itself), shipped without weights, labelled as this project's runs. This module
+finds those folders for each run and hands them to the ordinary local comparison (one figure, the final means,
+and each run's held-out evaluation with its interval), offline: every recorded seed is drawn, so the seeds'
+spread is on the figure beside your run.
 """
 
 from __future__ import annotations
@@ -23,13 +25,22 @@ NANO_RUNS_DIR = REFERENCE_RUNS_DIR / "nano"
 LABEL_PREFIX = "project nano run: "
 
 
+def recorded_runs(folder: Path) -> list[Path]:
+    """The recorded runs of one algorithm's folder: the folder itself (one seed) or its seed-<s> folders."""
+    if (folder / "metrics.jsonl").exists():
+        return [folder]
+    seeds = [p for p in folder.glob("seed-*") if (p / "metrics.jsonl").exists()] if folder.is_dir() else []
+    return sorted(seeds, key=lambda p: int(p.name.split("-", 1)[1]) if p.name.split("-", 1)[1].isdigit() else 1 << 30)
+
+
 def recorded_algorithms(root: Path = NANO_RUNS_DIR) -> list[str]:
-    """Algorithms with a recorded nano run folder (one holding metrics.jsonl)."""
-    return sorted(p.name for p in root.iterdir() if (p / "metrics.jsonl").exists()) if root.is_dir() else []
+    """Algorithms with a recorded nano run (a folder holding metrics.jsonl, or seed folders that do)."""
+    return sorted(p.name for p in root.iterdir() if recorded_runs(p)) if root.is_dir() else []
 
 
 def nano_reference_dirs(run_dirs: list[Path], root: Path = NANO_RUNS_DIR) -> list[Path]:
-    """The recorded nano run of each run's algorithm (each once), or a one-line error naming what is missing."""
+    """The recorded nano runs (every seed) of each run's algorithm (each once), or a one-line error naming what is
+    missing."""
     found: list[Path] = []
     for run_dir in run_dirs:
         algorithm = run_algorithm(Path(run_dir))
@@ -37,20 +48,19 @@ def nano_reference_dirs(run_dirs: list[Path], root: Path = NANO_RUNS_DIR) -> lis
             raise CompareError(f"{run_dir}: no algorithm in its final_results.json or config.yaml, so no recorded "
                                f"nano run to compare with; pass the reference folder itself: "
                                f"rlhf-recipes compare {run_dir} {root}/<algorithm>")
-        reference = root / canonical_name(algorithm)
-        if not (reference / "metrics.jsonl").exists():
+        references = recorded_runs(root / canonical_name(algorithm))
+        if not references:
             recorded = ", ".join(recorded_algorithms(root)) or "none"
             raise CompareError(f"--reference nano: no recorded nano run of `{algorithm}` under {root} (recorded: "
                                f"{recorded}); record one with `rlhf-recipes nano-book --algorithms {algorithm} "
                                f"--out DIR` and copy the run folder there")
-        if reference not in found:
-            found.append(reference)
+        found += [r for r in references if r not in found]
     return found
 
 
 def nano_notes(run_dirs: list[Path], references: list[Path]) -> list[str]:
-    notes = [f"{LABEL_PREFIX}{', '.join(str(r) for r in references)}: this project's recorded run on the nano "
-             f"profile (a 2-core CPU), not the book's (reference_runs/nano/README.md)"]
+    notes = [f"{LABEL_PREFIX}{', '.join(str(r) for r in references)}: this project's recorded run(s) on the "
+             f"nano profile (a 2-core CPU; one per training seed), not the book's (reference_runs/nano/README.md)"]
     for run_dir in run_dirs:
         if run_profile(run_dir) != NANO_REFERENCE:
             notes.append(f"{run_dir} is not a --profile nano run (config.yaml profile: {run_profile(run_dir)}): its "
@@ -62,6 +72,7 @@ def compare_with_nano_runs(run_dirs: list[Path], out_dir: Path | None = None, me
                            fraction: float = WINDOW_FRACTION, root: Path = NANO_RUNS_DIR) -> CompareReport:
     """The runs and the recorded nano run of each one's algorithm in one figure and table, offline."""
     references = nano_reference_dirs(run_dirs, root)
-    labels = [None] * len(run_dirs) + [LABEL_PREFIX + r.name for r in references]
+    labels = [None] * len(run_dirs) + [LABEL_PREFIX + (f"{r.parent.name}/{r.name}" if r.name.startswith("seed-")
+                                                        else r.name) for r in references]
     return compare_local_runs([*run_dirs, *references], out_dir=out_dir, metrics=metrics, fraction=fraction,
                               labels=labels, notes=nano_notes(run_dirs, references))
