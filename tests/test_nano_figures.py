@@ -69,7 +69,8 @@ def test_nano_figures_draws_the_three_from_the_shipped_runs(tmp_path):
     assert list(nano_figures.figures()) == ["instruction_tuning", "rejection_sampling", "distillation"]
     for name in nano_figures.figures():
         fig = nano_figures.figure_of(name)
-        runs = [(a, FIGURES / a) for a in fig.algorithms] or [("nano SFT base (build)", FIGURES / BASE_RUN)]
+        runs = [(nano_figures.label(a, name), FIGURES / a) for a in fig.algorithms] or [
+            ("nano SFT base (build)", FIGURES / BASE_RUN)]
         png = nano_figures.draw(name, runs, tmp_path)
         assert png.stat().st_size > 20_000
         record = json.loads((tmp_path / f"nano_{name}.json").read_text())

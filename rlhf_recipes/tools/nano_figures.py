@@ -90,6 +90,9 @@ def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
 
 def read_run(name: str, folder: Path, figure) -> dict[str, Any]:
     """One run's curves of the figure's keys and its held-out numbers."""
+    if not (folder / "metrics.jsonl").exists():
+        raise FileNotFoundError(f"{folder} has no metrics.jsonl: not a finished run (train it with "
+                                f"`rlhf-recipes nano-figures --figure {figure.name}`)")
     rows = read_metrics(folder / "metrics.jsonl")
     keys = [k for _, k in figure.panels] + ([figure.heldout_curve] if figure.heldout_curve else [])
     out: dict[str, Any] = {"name": name, "curves": {k: series(rows, k) for k in keys}}
@@ -159,7 +162,7 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
                  "book's figure)")
     elif figure.heldout_final:
         axis, names = axes[-1], [r["name"] for r in runs]
-        short = [n.removeprefix("rejection_sampling_") for n in names]
+        short = names
         before = [100 * r["heldout"]["before"] for r in runs]
         after = [100 * r["heldout"]["after"] for r in runs]
         x = range(len(runs))
@@ -168,18 +171,26 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
         for i in x:
             axis.text(i + 0.2, after[i] + 0.5, f"{after[i]:.1f}", ha="center", fontsize=8)
         axis.set_xticks(list(x), short, rotation=15, fontsize=8)
+        axis.set_ylim(0, 1.15 * max(before + after))  # room for the value labels under the title
         problems = runs[0]["heldout"]["problems"]
         axis.set(ylabel=f"held-out exact match (% of {problems} problems, greedy)",
                  title=f"Held-out proof: {figure.heldout_final[0]}\n(not in the book's figure)")
     for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+    for axis in {id(axes[0]): axes[0], id(axes[-1]): axes[-1]}.values():  # one color per run in every panel
+        axis.legend(fontsize=8)
     fig.suptitle(f"nano_{figure.name}: the book's {figure.image} on the nano profile, spell_backward "
                  "(this project's CPU runs, not the book's)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def label(algorithm: str, figure: str) -> str:
+    """The run's name in the legend: the algorithm without the figure's own name (top_k_overall, not
+    rejection_sampling_top_k_overall)."""
+    return algorithm.removeprefix(f"{figure}_")
 
 
 def shown(folder: Path, out: Path) -> str:
@@ -231,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             return 130 if executor.stopped else 1
     for name in args.figure_list:
         figure = figure_of(name)
-        runs = [(a, args.out / a) for a in figure.algorithms] or [("nano SFT base (build)", base)]
+        runs = [(label(a, name), args.out / a) for a in figure.algorithms] or [("nano SFT base (build)", base)]
         print(f"wrote {draw(name, runs, args.out)}, {args.out / f'nano_{name}.json'}")
     return 0
 
