@@ -327,30 +327,42 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[s
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
+def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title: str,
+             on_finish=lambda outcome: None) -> tuple[int, list]:
+    """Run nano jobs on the sweep's executor (nano-book, nano-figures): (exit code, outcomes), 0 when every job
+    finished; kept runs must have the settings asked (exit 2 otherwise), and the nano base is built first."""
     from rlhf_recipes.config import RecipeError
     from rlhf_recipes.nano import nano_model_path
     from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
 
-    args = parse(sys.argv[1:] if argv is None else argv)
-    todo = jobs(args)
     try:
-        for job in [] if args.overwrite else todo:
+        for job in [] if overwrite else todo:
             check_settings(job)  # a run kept from an earlier call must be the run this call asks for
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = base_record(nano_model_path())  # built once, before the runs (each would otherwise wait on its lock)
-    executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite, title="nano-book")
-    outcomes = executor.run(todo, on_finish=record_wall)
+        return 2, []
+    out.mkdir(parents=True, exist_ok=True)
+    nano_model_path()  # built once, before the runs (each would otherwise wait on its lock)
+    if not todo:
+        return 0, []
+    executor = Executor(workers or default_workers(len(todo)), overwrite=overwrite, title=title)
+    outcomes = executor.run(todo, on_finish=on_finish)
     failed = [o for o in outcomes if o.status != "finished"]
     for o in failed:  # the others stay reusable: the same command again runs only these
         print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    if failed:
-        return 130 if executor.stopped else 1
+    return (130 if executor.stopped else 1) if failed else 0, outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from rlhf_recipes.nano import nano_model_path
+
+    args = parse(sys.argv[1:] if argv is None else argv)
+    code, outcomes = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-book", record_wall)
+    if code:
+        return code
+    base = base_record(nano_model_path())  # the base's build record (built by run_jobs)
     rows = []
     for algorithm in args.algorithm_list:
         runs = [o.job.folder for o in outcomes if o.job.name.split("/")[0] == algorithm]

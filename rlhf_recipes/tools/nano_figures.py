@@ -218,28 +218,14 @@ def draw(name: str, runs: list[tuple[str, Path]], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlhf_recipes.config import RecipeError
     from rlhf_recipes.nano import nano_model_path
-    from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
+    from rlhf_recipes.tools.nano_book import run_jobs
 
     args = parse(sys.argv[1:] if argv is None else argv)
-    todo = jobs(args)
-    try:
-        for job in [] if args.overwrite else todo:
-            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
-    except RecipeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = Path(nano_model_path())  # built once, before the runs (each would otherwise wait on its lock)
-    if todo:
-        executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite,
-                            title="nano-figures")
-        failed = [o for o in executor.run(todo) if o.status != "finished"]
-        for o in failed:  # the others stay reusable: the same command again runs only these
-            print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-        if failed:
-            return 130 if executor.stopped else 1
+    code, _ = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-figures")
+    if code:
+        return code
+    base = Path(nano_model_path())  # the base's build (instruction_tuning's run), built by run_jobs
     for name in args.figure_list:
         figure = figure_of(name)
         runs = [(label(a, name), args.out / a) for a in figure.algorithms] or [("nano SFT base (build)", base)]
