@@ -250,9 +250,8 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
         for axis, metric in zip(axes, heldout):
             scale = 100 if _label(metric)[2] else 1
             points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
-            label = row["algorithm"] + (f" (mean of {row['seeds']} seeds, band min-max)" if row.get("seeds") else "")
             line, = axis.plot([p[0] for p in points], [scale * p[1] for p in points], marker="o", markersize=3,
-                              color=color, label=label)
+                              color=color, label=row["algorithm"])
             color = line.get_color()
             band = row["curves"].get("bands", {}).get("heldout", {}).get(metric)
             if band:  # over seeds: min to max
@@ -263,8 +262,11 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
             axis.plot([p[0] for p in points], running_mean([p[1] for p in points], 10), color=color,
                       label=row["algorithm"])
     book = book_panels(family)
+    seeds = max((r.get("seeds", 0) for r in rows), default=0)
     for axis, metric in zip(axes, (*heldout, *trained)):
         title, ylabel, _ = _label(metric)
+        if seeds and metric in heldout:  # said once, not in every legend entry (they hid the lines)
+            title += f"\nmean of {seeds} seeds, band: min-max"
         if metric in book:  # the book's panel: its wandb name in the title
             title = f"The book's {book[metric]}: our {metric}"
             ylabel = f"{book[metric]} (running mean of 10 logs)" if metric not in LABELS else ylabel
