@@ -19,7 +19,24 @@ attributes and methods after the hooks below, each with what it means and its de
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class BookFigure:
+    """One of the book's wandb figures (rlhf-book, images/<image>) and the nano figure drawn with the same metrics
+    against the same axis (the optimizer step); tools/nano_book.py and tools/nano_figures.py draw it."""
+    name: str  # the nano figure's name: <out>/nano_<name>.png
+    image: str  # the book's image it answers
+    # (the book's wandb metric, the key our runs log in metrics.jsonl) per panel, in the book's order
+    panels: tuple[tuple[str, str], ...]
+    # the registry's algorithms whose nano runs it overlays; () : the nano SFT base's own build (no new run)
+    algorithms: tuple[str, ...] = ()
+    # held-out proof beside the book's training panels: a metrics.jsonl key drawn per step ...
+    heldout_curve: str | None = None
+    # ... and/or (after, before) keys of final_results.json, drawn per run with the base beside it
+    heldout_final: tuple[str, str] | None = None
 
 
 class Family:
@@ -88,6 +105,8 @@ class Family:
     # when every one's gain interval is above zero) and the training metric drawn beside them.
     nano_book_heldout: ClassVar[tuple[str, ...]] = ()
     nano_book_training: ClassVar[str | None] = None
+    # The book's figure for this family and its metrics mapped to ours (BookFigure); None: the book draws none.
+    book_figure: ClassVar[BookFigure | None] = None
 
     def sequences_per_example(self, recipe) -> int:
         """Sequences one training example puts through the forward (chosen + rejected: 2)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.families.base import Family
+from rlhf_recipes.families.base import BookFigure, Family
 
 
 class DirectAlignment(Family):
@@ -44,6 +44,9 @@ class DirectAlignment(Family):
     # The issue's two claims for direct alignment on nano: held-out preference accuracy, and task accuracy.
     nano_book_heldout = ("implicit_accuracy", "exact_match")
     nano_book_training = "rewards/accuracies"  # the training pairs' preference accuracy, as TRL logs it
+    # The book's `accuracy`: the share of the batch's pairs whose implicit reward ranks chosen first (TRL's name).
+    book_figure = BookFigure("direct_alignment", "wandb_direct_alignment.png", (("accuracy", "rewards/accuracies"),),
+                             ("kto", "ipo", "dpo"), "eval/implicit_accuracy")
     compare_metrics = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "loss",
                        "nll_loss", "kl", "grad_norm")
 

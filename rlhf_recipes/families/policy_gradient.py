@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.families.base import Family
+from rlhf_recipes.families.base import BookFigure, Family
 
 # The book's batch structure, in the words of a policy-gradient run (config.derive_gradient_accumulation).
 INDIVISIBLE = (
@@ -68,6 +68,9 @@ class PolicyGradient(Family):
     }
     nano_book_heldout = ("exact_match",)  # the book's figure: held-out accuracy on the task ...
     nano_book_training = "rewards/correctness_reward/mean"  # ... beside the training correctness reward
+    # The book's figure plots avg_reward (correctness + 0.5 x format, 0-1.5), which TRL logs as `reward`.
+    book_figure = BookFigure("policy_gradients", "wandb_policy_gradients.png", (("avg_reward", "reward"),),
+                             ("cispo", "gspo", "drgrpo", "ppo", "rloo", "grpo", "reinforce"), "eval/exact_match")
     generates_rollouts = True
     book_logs_by_rollout = True
     compare_metrics = ("reward", "rewards/*/mean", "completions/mean_length", "kl", "loss", "grad_norm")

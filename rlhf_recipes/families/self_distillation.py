@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.families.base import Family
+from rlhf_recipes.families.base import BookFigure, Family
 
 
 class SelfDistillation(Family):
@@ -18,6 +18,9 @@ class SelfDistillation(Family):
     needs_chat_template = True
     generates_rollouts = True  # 8 rollouts per prompt each step; the live model is its own teacher (no reference)
     compare_metrics = ("reward", "loss", "skipped", "completions/mean_length", "grad_norm")
+    # The book's sdpo_rg run: reward of the accepted groups, the distillation loss, grad_norm.
+    book_figure = BookFigure("distillation", "wandb_distillation.png",
+                             (("reward", "reward"), ("loss", "loss"), ("grad_norm", "grad_norm")), ("sdpo",))
     tiny_overlay = {  # on top of config.TINY_COMMON
         "num_samples": 16,
         "max_steps": 2,

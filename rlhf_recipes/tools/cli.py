@@ -12,6 +12,7 @@
     rlhf-recipes sweep recipes/dpo.yaml --grid beta=0.05,0.1 --seeds 3   # a controlled experiment over seeds
     rlhf-recipes nano-book                                  # every policy gradient on nano, one figure
     rlhf-recipes nano-book --family direct_alignment        # the same for DPO and its relatives
+    rlhf-recipes nano-figures                               # the book's SFT, rejection-sampling, SDPO figures
     rlhf-recipes overoptimization --profile nano            # gold against proxy against KL (best-of-n, RL, DPO)
     rlhf-recipes runs --prune 2                             # every run under outputs/; keep 2 checkpoints each
     rlhf-recipes chat outputs/dpo                           # a local web page: the trained model vs its start
@@ -56,6 +57,8 @@ COMMANDS: dict[str, Command] = {
                      "a grid of settings x seeds, locally or as a SLURM array: intervals over seeds, one report"),
     "nano-book": Command("rlhf_recipes.tools.nano_book:main",
                          "every recipe of a family (--family) on the nano profile: held-out gains, one figure, a table"),
+    "nano-figures": Command("rlhf_recipes.tools.nano_figures:main",
+                            "the book's SFT, rejection-sampling and distillation figures on nano, same metrics and axes"),
     "overoptimization": Command("rlhf_recipes.tools.overoptimization.cli:main",
                                 "reward over-optimization on nano: gold vs proxy vs KL for best-of-n, RL, DPO/IPO"),
     "results": Command("rlhf_recipes.tools.results:main",

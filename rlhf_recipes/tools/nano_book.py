@@ -48,6 +48,7 @@ LABELS = {
                           "implicit reward ranks chosen first (% of held-out pairs)", True),
     "rewards/correctness_reward/mean": ("Training reward (the book's correctness_reward)",
                                         "correctness reward (0-1, running mean of 10 logs)", False),
+    "reward": ("Training total reward", "correctness + 0.5 x format (0-1.5, running mean of 10 logs)", False),
     "rewards/accuracies": ("Training preference accuracy (TRL's rewards/accuracies)",
                            "pairs ranked right (0-1, running mean of 10 logs)", False),
 }
@@ -73,6 +74,21 @@ def book_metrics(family: str) -> tuple[tuple[str, ...], str]:
 
     fam = family_named(family)
     return fam.nano_book_heldout, fam.nano_book_training
+
+
+def book_panels(family: str) -> dict[str, str]:
+    """{our logged key: the book's metric} of the panels of the book's figure for this family (Family.book_figure),
+    drawn beside the held-out metrics under the book's name; empty where the book draws none."""
+    from rlhf_recipes.registry import family_named
+
+    figure = family_named(family).book_figure
+    return {key: book for book, key in figure.panels} if figure else {}
+
+
+def training_keys(family: str) -> list[str]:
+    """The training metrics drawn per step: the family's nano_book_training, then the book's panels not already it."""
+    _, training = book_metrics(family)
+    return [training, *(k for k in book_panels(family) if k != training)]
 
 
 def stem(family: str) -> str:
@@ -144,11 +160,13 @@ def record_wall(outcome) -> None:
         (outcome.job.folder / WALL_FILE).write_text(json.dumps({"wall_s": outcome.wall_s}))
 
 
-def curves(run: Path, heldout: tuple[str, ...], training: str) -> dict[str, Any]:
-    """(step, value) of each periodic held-out metric and of the training metric."""
+def curves(run: Path, heldout: tuple[str, ...], training: str, book: tuple[str, ...] = ()) -> dict[str, Any]:
+    """(step, value) of each periodic held-out metric, of the training metric and of the book's figure's metrics
+    (`book`: our keys of its panels other than the training metric)."""
     rows = read_metrics(run / "metrics.jsonl")
     return {"heldout": {m: [(r["step"], r[f"eval/{m}"]) for r in rows if f"eval/{m}" in r] for m in heldout},
-            "training": [(r["step"], r[training]) for r in rows if training in r]}
+            "training": [(r["step"], r[training]) for r in rows if training in r],
+            "book": {k: [(r["step"], r[k]) for r in rows if k in r] for k in book}}
 
 
 def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
@@ -164,7 +182,8 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
                       "gain": gain["value"], "gain_interval": [gain["low"], gain["high"]]}
     return {"algorithm": algorithm, "run": str(run), "wall_s": wall, "metrics": metrics,
             "learns": all(v["gain_interval"][0] > 0 for v in metrics.values()),
-            "problems": result["data"]["problems"], "curves": curves(run, heldout, training)}
+            "problems": result["data"]["problems"],
+            "curves": curves(run, heldout, training, tuple(training_keys(family)[1:]))}
 
 
 def base_record(model: str) -> dict[str, Any] | None:
@@ -199,7 +218,9 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     heldout = {m: band([r["curves"]["heldout"][m] for r in rows]) for m in metrics}
     training = band([r["curves"]["training"] for r in rows])
+    book = {k: band([r["curves"]["book"][k] for r in rows]) for k in rows[0]["curves"].get("book", {})}
     curves = {"heldout": {m: v["mean"] for m, v in heldout.items()}, "training": training["mean"],
+              "book": {k: v["mean"] for k, v in book.items()},
               "bands": {"heldout": {m: v["band"] for m, v in heldout.items()}, "training": training["band"]}}
     return {"algorithm": rows[0]["algorithm"], "seeds": len(rows), "wall_s": sum(r["wall_s"] for r in rows),
             "metrics": metrics, "learns": all(v["gain_interval"][0] is not None and v["gain_interval"][0] > 0
@@ -222,25 +243,34 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     from rlhf_recipes.tools.sweep.plot import running_mean
 
     heldout, training = book_metrics(family)
-    fig, axes = plt.subplots(1, len(heldout) + 1, figsize=(6.5 * (len(heldout) + 1), 5))
+    trained = training_keys(family)  # the training panels: ours, then the book's figure's
+    fig, axes = plt.subplots(1, len(heldout) + len(trained), figsize=(6.5 * (len(heldout) + len(trained)), 5))
     for row in rows:
         color = None
         for axis, metric in zip(axes, heldout):
             scale = 100 if _label(metric)[2] else 1
             points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
-            label = row["algorithm"] + (f" (mean of {row['seeds']} seeds, band min-max)" if row.get("seeds") else "")
             line, = axis.plot([p[0] for p in points], [scale * p[1] for p in points], marker="o", markersize=3,
-                              color=color, label=label)
+                              color=color, label=row["algorithm"])
             color = line.get_color()
             band = row["curves"].get("bands", {}).get("heldout", {}).get(metric)
             if band:  # over seeds: min to max
                 axis.fill_between([b[0] for b in band], [scale * b[1] for b in band], [scale * b[2] for b in band],
                                   color=color, alpha=0.15)
-        training_points = row["curves"]["training"]
-        axes[-1].plot([p[0] for p in training_points], running_mean([p[1] for p in training_points], 10),
-                      color=color, label=row["algorithm"])
-    for axis, metric in zip(axes, (*heldout, training)):
-        axis.set(xlabel="optimizer step", ylabel=_label(metric)[1], title=_label(metric)[0])
+        for axis, key in zip(axes[len(heldout):], trained):
+            points = row["curves"]["training"] if key == training else row["curves"].get("book", {}).get(key, [])
+            axis.plot([p[0] for p in points], running_mean([p[1] for p in points], 10), color=color,
+                      label=row["algorithm"])
+    book = book_panels(family)
+    seeds = max((r.get("seeds", 0) for r in rows), default=0)
+    for axis, metric in zip(axes, (*heldout, *trained)):
+        title, ylabel, _ = _label(metric)
+        if seeds and metric in heldout:  # said once, not in every legend entry (they hid the lines)
+            title += f"\nmean of {seeds} seeds, band: min-max"
+        if metric in book:  # the book's panel: its wandb name in the title
+            title = f"The book's {book[metric]}: our {metric}"
+            ylabel = f"{book[metric]} (running mean of 10 logs)" if metric not in LABELS else ylabel
+        axis.set(xlabel="optimizer step", ylabel=ylabel, title=title)
     for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
@@ -299,30 +329,42 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[s
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
+def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title: str,
+             on_finish=lambda outcome: None) -> tuple[int, list]:
+    """Run nano jobs on the sweep's executor (nano-book, nano-figures): (exit code, outcomes), 0 when every job
+    finished; kept runs must have the settings asked (exit 2 otherwise), and the nano base is built first."""
     from rlhf_recipes.config import RecipeError
     from rlhf_recipes.nano import nano_model_path
     from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
 
-    args = parse(sys.argv[1:] if argv is None else argv)
-    todo = jobs(args)
     try:
-        for job in [] if args.overwrite else todo:
+        for job in [] if overwrite else todo:
             check_settings(job)  # a run kept from an earlier call must be the run this call asks for
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = base_record(nano_model_path())  # built once, before the runs (each would otherwise wait on its lock)
-    executor = Executor(args.workers or default_workers(len(todo)), overwrite=args.overwrite, title="nano-book")
-    outcomes = executor.run(todo, on_finish=record_wall)
+        return 2, []
+    out.mkdir(parents=True, exist_ok=True)
+    nano_model_path()  # built once, before the runs (each would otherwise wait on its lock)
+    if not todo:
+        return 0, []
+    executor = Executor(workers or default_workers(len(todo)), overwrite=overwrite, title=title)
+    outcomes = executor.run(todo, on_finish=on_finish)
     failed = [o for o in outcomes if o.status != "finished"]
     for o in failed:  # the others stay reusable: the same command again runs only these
         print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    if failed:
-        return 130 if executor.stopped else 1
+    return (130 if executor.stopped else 1) if failed else 0, outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from rlhf_recipes.nano import nano_model_path
+
+    args = parse(sys.argv[1:] if argv is None else argv)
+    code, outcomes = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-book", record_wall)
+    if code:
+        return code
+    base = base_record(nano_model_path())  # the base's build record (built by run_jobs)
     rows = []
     for algorithm in args.algorithm_list:
         runs = [o.job.folder for o in outcomes if o.job.name.split("/")[0] == algorithm]
