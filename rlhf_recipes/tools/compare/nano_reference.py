@@ -2,7 +2,7 @@
 
 The book's published runs train Qwen3-1.7B on GPUs; a `--profile nano` run (docs/nano.md) is the same recipe
 in miniature on a CPU, so its natural reference is not the book's run but ours: reference_runs/nano/<algorithm>/
-(recorded by `rlhf-recipes nano-book --seeds 3`: one folder per training seed, <algorithm>/seed-<s>/; a folder
+(recorded by `rlhf-recipes nano-book --seeds N`: one folder per training seed, <algorithm>/seed-<s>/; a folder
 recorded with one seed holds the run itself), shipped without weights, labelled as this project's runs. This module
 finds those folders for each run and hands them to the ordinary local comparison (one figure, the final means,
 and each run's held-out evaluation with its interval), offline: every recorded seed is drawn, so the seeds'
