@@ -162,7 +162,6 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
                  "book's figure)")
     elif figure.heldout_final:
         axis, names = axes[-1], [r["name"] for r in runs]
-        short = names
         before = [100 * r["heldout"]["before"] for r in runs]
         after = [100 * r["heldout"]["after"] for r in runs]
         x = range(len(runs))
@@ -170,7 +169,7 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
         axis.bar([i + 0.2 for i in x], after, width=0.4, color=[f"C{i}" for i in x], label="after SFT")
         for i in x:
             axis.text(i + 0.2, after[i] + 0.5, f"{after[i]:.1f}", ha="center", fontsize=8)
-        axis.set_xticks(list(x), short, rotation=15, fontsize=8)
+        axis.set_xticks(list(x), names, rotation=15, fontsize=8)
         axis.set_ylim(0, 1.15 * max(before + after))  # room for the value labels under the title
         problems = runs[0]["heldout"]["problems"]
         axis.set(ylabel=f"held-out exact match (% of {problems} problems, greedy)",
@@ -178,7 +177,7 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
     for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    for axis in {id(axes[0]): axes[0], id(axes[-1]): axes[-1]}.values():  # one color per run in every panel
+    for axis in dict.fromkeys([axes[0], axes[-1]]):  # one color per run in every panel
         axis.legend(fontsize=8)
     fig.suptitle(f"nano_{figure.name}: the book's {figure.image} on the nano profile, spell_backward "
                  "(this project's CPU runs, not the book's)", fontsize=11)

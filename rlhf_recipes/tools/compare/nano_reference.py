@@ -29,8 +29,8 @@ def recorded_runs(folder: Path) -> list[Path]:
     """The recorded runs of one algorithm's folder: the folder itself (one seed) or its seed-<s> folders."""
     if (folder / "metrics.jsonl").exists():
         return [folder]
-    seeds = [p for p in folder.glob("seed-*") if (p / "metrics.jsonl").exists()] if folder.is_dir() else []
-    return sorted(seeds, key=lambda p: int(p.name.split("-", 1)[1]) if p.name.split("-", 1)[1].isdigit() else 1 << 30)
+    seeds = [p for p in folder.glob("seed-*") if p.name[5:].isdigit() and (p / "metrics.jsonl").exists()]
+    return sorted(seeds, key=lambda p: int(p.name[5:]))  # seed-2 before seed-10
 
 
 def recorded_algorithms(root: Path = NANO_RUNS_DIR) -> list[str]:
@@ -72,7 +72,6 @@ def compare_with_nano_runs(run_dirs: list[Path], out_dir: Path | None = None, me
                            fraction: float = WINDOW_FRACTION, root: Path = NANO_RUNS_DIR) -> CompareReport:
     """The runs and the recorded nano run of each one's algorithm in one figure and table, offline."""
     references = nano_reference_dirs(run_dirs, root)
-    labels = [None] * len(run_dirs) + [LABEL_PREFIX + (f"{r.parent.name}/{r.name}" if r.name.startswith("seed-")
-                                                        else r.name) for r in references]
+    labels = [None] * len(run_dirs) + [LABEL_PREFIX + r.relative_to(root).as_posix() for r in references]
     return compare_local_runs([*run_dirs, *references], out_dir=out_dir, metrics=metrics, fraction=fraction,
                               labels=labels, notes=nano_notes(run_dirs, references))
