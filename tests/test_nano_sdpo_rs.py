@@ -17,7 +17,6 @@ import pytest
 from conftest import RECIPES
 
 RS_RULES = ("top_per_prompt", "random_per_prompt", "top_k_overall", "random_k_overall")
-RS_PROMPTS = 500  # half the overlay's 1000 prompts (and K 500 of 4000): stage 1 and the SFT stage take half the time
 
 
 def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
@@ -49,16 +48,20 @@ def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
 
 def test_rejection_sampling_on_nano_raises_heldout_exact_match(nano_base, tmp_path):
     """Sample 8 completions per prompt from the nano base, keep the best eighth of them by the book's correctness
-    reward (top_k_overall, the book's K / (prompts x N) = 1000 / 8000), SFT on them: held-out exact match rises
-    over the base by at least 7 points with the paired 95% interval above zero, and stage 6 reports the same
-    held-out spell_backward accuracy as `rlhf-recipes evaluate`.
-    Measured on this 2-core machine: 20.5% -> 34.5%, +14 points [+9, +19], in ~35 s (run and evaluation)."""
+    reward (top_k_overall, the book's K / (prompts x N) = 1000 / 8000, the overlay's own sizes), SFT on them:
+    held-out exact match rises over the base by at least 4 points with the paired 95% interval above zero, and
+    stage 6 reports the same held-out spell_backward accuracy as `rlhf-recipes evaluate`.
+    Measured from the target-built base (20.0%), training seeds 0 / 1 / 2 (`rlhf-recipes sweep
+    recipes/rejection_sampling_top_k_overall.yaml --profile nano --seeds 3`): +6.5 / +7.5 / +6.5 points, each
+    paired interval above zero (lowest low end +2.5); the recipe's own seed (42), this test: +9.5 [+5.0, +14.5],
+    ~1.5 minutes alone (plus the base's build, shared). At half the prompts (500, K 500, this test's old size) the
+    gain was +4.5 / +4.0 / +2.5, one interval reaching below zero: too close to call in CI."""
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main
 
     run = tmp_path / "rs"
     assert main([str(RECIPES / "rejection_sampling_top_k_overall.yaml"), "--profile", "nano",
-                 "--num_samples", str(RS_PROMPTS), "--selection_k", str(RS_PROMPTS), "--output_dir", str(run)]) == 0
+                 "--output_dir", str(run)]) == 0
     final = json.loads((run / "final_results.json").read_text())
     assert final["eval_task"].startswith("reasoning-gym") and final["eval_questions"] == 200
     # the selection holds more correct answers than the rollouts it was picked from: the verifier selected
@@ -69,7 +72,7 @@ def test_rejection_sampling_on_nano_raises_heldout_exact_match(nano_base, tmp_pa
     assert result["metrics"]["exact_match"] == pytest.approx(final["test_accuracy"])  # the same greedy grading
     assert result["baseline"]["exact_match"] == pytest.approx(final["base_test_accuracy"])
     gain = result["difference"]["exact_match"]
-    assert gain["value"] >= 0.07 and gain["low"] > 0, gain
+    assert gain["value"] >= 0.04 and gain["low"] > 0, gain
 
 
 def _answer_logprobs(model_path: Path, words: int) -> list[tuple[float, float]]:
