@@ -193,6 +193,14 @@ def test_each_folder_state_gets_its_step(tmp_path):
         "accelerate", "launch", "--num_processes", "2"]
 
 
+def test_each_run_gets_cores_over_workers_threads_unless_the_user_set_them(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert Executor(2)._env(0, [])["OMP_NUM_THREADS"] == "4" and Executor(16)._env(0, [])["MKL_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two sweeps side by side: the user's one thread per run wins
+    assert Executor(2)._env(0, [])["OMP_NUM_THREADS"] == "1" == Executor(2)._env(1, [])["MKL_NUM_THREADS"]
+
+
 def test_a_failing_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_path):
     """One job whose recipe does not exist (the runner exits 2), one already done: both are reported, the done
     one is not run again, and the failed one's log holds the runner's message."""
@@ -281,6 +289,12 @@ def test_report_mode_redraws_a_sweep_folder(tmp_path, capsys):
     s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1])
     state.save(s, tmp_path)
     for seed in (0, 1):
-        _fake_run(tmp_path / "beta=0.1" / f"seed-{seed}", evaluated=True, gains={"implicit_accuracy": 0.1 * seed})
+        _fake_run(tmp_path / "beta=0.1" / f"seed-{seed}", evaluated=True,
+                  gains={"implicit_accuracy": 0.1 * seed, "exact_match": -0.2 * seed})
     assert main([str(tmp_path), "--report"]) == 0
     assert "0: +0, 1: +0.1" in capsys.readouterr().out and (tmp_path / "sweep.txt").exists()
+    assert main([str(tmp_path), "--report", "--metric", "exact_match"]) == 0  # re-ranked by another metric
+    assert "gain/exact_match" in capsys.readouterr().out and "gain/exact_match" in (tmp_path / "sweep.txt").read_text()
+    report = json.loads((tmp_path / "sweep.json").read_text())
+    assert report["key_metric"] == "gain/exact_match"
+    assert report["cells"][0]["metrics"]["gain/exact_match"]["mean"] == pytest.approx(-0.1)

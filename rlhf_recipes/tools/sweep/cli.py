@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec, sweep_dir = read_spec(args, overrides)
         if args.report:
-            return print_report(report.write(state.load(sweep_dir) or spec, sweep_dir))
+            recorded = state.load(sweep_dir) or spec
+            recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
+            return print_report(report.write(recorded, sweep_dir))
         sweep_spec.check(spec)
         if args.workers is not None and args.workers < 1:
             raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")

@@ -180,8 +180,10 @@ class Executor:
         self._stop = threading.Event()
 
     def _env(self, slot: int, gpus: list[str]) -> dict[str, str]:
-        threads = max(1, (os.cpu_count() or 1) // self.workers)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        # A user's OMP_NUM_THREADS wins (e.g. two sweeps side by side on one machine, each 1 thread per run):
+        # more torch threads than cores makes every run several times slower, not a little.
+        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // self.workers))
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         if gpus and self.workers > 1 and self.launcher is None:
             env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
         return env
