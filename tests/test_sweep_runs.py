@@ -18,6 +18,7 @@ from rlhf_recipes.report import read_metrics
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
+STEPS = 40  # the stopped sweep's run length
 
 
 def _sweep(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -62,8 +63,9 @@ def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     """SIGTERM to the sweep: the running run saves a checkpoint and stops, the sweep exits 130; the same command
     resumes it (--resume, from that checkpoint) to the end, every optimizer step logged exactly once."""
     out = tmp_path / "sweep"
-    args = [sys.executable, "-m", "rlhf_recipes.tools.cli", "sweep", DPO, "--profile", "tiny", "--max_steps", "200",
-            "--no-evaluate", "--workers", "1", "--out", str(out)]
+    # 40 steps (~1 s each on a CPU): SIGTERM lands after the 5th, well before the end (200 cost CI ~2.5 minutes)
+    args = [sys.executable, "-m", "rlhf_recipes.tools.cli", "sweep", DPO, "--profile", "tiny",
+            "--max_steps", str(STEPS), "--no-evaluate", "--workers", "1", "--out", str(out)]
     sweep = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "default" / "seed-0" / "metrics.jsonl"
     deadline = time.time() + 240
@@ -78,14 +80,14 @@ def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     checkpoints = sorted(run.glob("checkpoint-*"))
     assert checkpoints, "the interrupted run saved no checkpoint"
     stopped_at = int(checkpoints[-1].name.split("-")[1])
-    assert stopped_at < 200
+    assert stopped_at < STEPS
 
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "--resume" in (out / "default" / "seed-0.log").read_text().split("\n$ ")[-1].splitlines()[0]
-    assert json.loads((run / "final_results.json").read_text())["steps"] == 200
+    assert json.loads((run / "final_results.json").read_text())["steps"] == STEPS
     steps = [r["step"] for r in read_metrics(metrics) if "loss" in r]
-    assert steps == list(range(1, 201))
+    assert steps == list(range(1, STEPS + 1))
 
 
 def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tmp_path):
