@@ -13,8 +13,6 @@ REPO = Path(__file__).resolve().parent.parent
 NANO = REPO / "reference_runs" / "nano"
 FIGURES = NANO / "figures"  # nano-figures' shipped runs: <algorithm>/ and the base's build, nano_sft_base/
 BASE_RUN = "nano_sft_base"
-# Figures whose nano runs are not shipped yet, and why (an entry here is a TODO, not a pass).
-PENDING = {"self_distillation": "SDPO's nano run (reference_runs/nano/figures/sdpo) is not shipped yet"}
 
 
 def _book_figures():
@@ -53,8 +51,6 @@ def test_book_figure_keys_are_logged_by_the_shipped_runs(family):
 
     figure = family_named(family).book_figure
     runs = _shipped_runs(figure)
-    if not runs and family in PENDING:
-        pytest.skip(PENDING[family])
     assert runs and len({r.parent if r.name.startswith("seed-") else r for r in runs}) == max(
         1, len(figure.algorithms)), f"{family}: shipped runs {runs}"
     for run in runs:
@@ -73,8 +69,6 @@ def test_nano_figures_draws_the_three_from_the_shipped_runs(tmp_path):
     assert list(nano_figures.figures()) == ["instruction_tuning", "rejection_sampling", "distillation"]
     for name, family in nano_figures.figures().items():
         fig = nano_figures.figure_of(name)
-        if family in PENDING and not (FIGURES / fig.algorithms[0]).exists():
-            continue
         runs = [(nano_figures.label(a, name), FIGURES / a) for a in fig.algorithms] or [
             ("nano SFT base (build)", FIGURES / BASE_RUN)]
         png = nano_figures.draw(name, runs, tmp_path)
