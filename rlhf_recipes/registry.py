@@ -105,10 +105,23 @@ _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewa
 # The nano profile's beta for the losses on summed log-ratios (beta 0.1 in the book). Measured (DPO, nano, lr 1e-5,
 # 32 pairs per step): at 0.1 the log-ratios drift until held-out exact match falls (34% at step 25, 14% at step
 # 100; at lr 1e-4, 0%: chosen and rejected both pushed down, letter soup); at 1.0 the loss saturates ~10x sooner
-# and exact match holds (35% at step 100) while held-out preference accuracy passes 0.9. SimPO and DPO-norm
-# (averaged log-probs, beta 2), ORPO (beta weighs its odds-ratio term) and IPO (beta sets its target margin)
-# keep their recipes' values: unmeasured on nano.
+# and exact match holds (35% at step 100) while held-out preference accuracy passes 0.9. ORPO (beta weighs its
+# odds-ratio term) keeps its recipe's value; DPO-norm, SimPO, IPO and APO-down were swept on nano over 3 seeds
+# (docs/nano.md, "Direct alignment on nano: the four that lost exact match").
 _NANO_SUMMED_LOG_RATIO = {"beta": 1.0}
+# DPO-norm on nano: its averaged log-ratios are ~14x smaller than the sums (completions ~14 tokens), so beta 15
+# is nano DPO's beta 1 per sequence. Measured, seeds 0/1/2: held-out exact match 20% -> 20.0 / 19.5 / 19.5% (at
+# the recipe's beta 2: -16.5 points on both seeds run), preference accuracy 0.91 (0.85 at beta 2).
+_NANO_AVERAGED_LOG_RATIO = {"beta": 15.0}
+# IPO on nano: beta sets its target margin 1 / (2 beta) on the summed log-ratio; the recipe's 0.1 asks a margin of
+# 5 nats, which nano reaches only by pushing both completions down. Measured, seeds 0/1/2, beta 0.5 (margin 1):
+# held-out exact match +8.5 / +9.0 / +8.5 points (at 0.1: -1.5 / -2.0), preference accuracy 0.93 (0.91 at 0.1).
+_NANO_IPO = {"beta": 0.5}
+# SimPO on nano: the book runs SimPO at lr 8e-7, 1/6.25 of its DPO's 5e-6 (reference-free: nothing holds the policy
+# near the base); nano keeps that ratio to its lr 1e-5. Measured, seeds 0/1/2 at 1.6e-6: held-out exact match
+# +5.0 / +4.5 / +5.5 points (at 1e-5: -19 / -18.5 points, at beta 2 and 15 alike), preference accuracy 0.83
+# (0.86 at 1e-5).
+_NANO_SIMPO = {"learning_rate": 1.6e-6}
 
 
 def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], run: str | None, accumulation: int = 8,
@@ -174,12 +187,13 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, "giyhitjw", beta=2.0),
+            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, "giyhitjw", beta=2.0,
+                                            nano=_NANO_AVERAGED_LOG_RATIO),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, "5s29syo6"),
+            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, "5s29syo6", nano=_NANO_IPO),
             paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
         ),
         Algorithm(
@@ -187,7 +201,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
             # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
             "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, "ftv5rs3x", beta=2.0,  # noisy (the book)
-                                         margins_times_beta=True),
+                                         margins_times_beta=True, nano=_NANO_SIMPO),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
         Algorithm(

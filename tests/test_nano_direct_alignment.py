@@ -79,11 +79,11 @@ def test_dpo_on_nano_raises_heldout_preference_accuracy(dpo_eval):
 def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     """The nano overlay swaps the data for pairs sampled on spell_backward and sizes the run for a CPU; the loss
     stays the algorithm's (registry defaults untouched), and beta is the recipe's unless the registry's `nano`
-    sets one (the summed-log-ratio losses)."""
+    sets one (the summed-log-ratio losses, DPO-norm, IPO)."""
     import yaml
 
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.registry import ALGORITHMS
+    from rlhf_recipes.registry import ALGORITHMS, family_named
     from rlhf_recipes.tools.nano_book import nano_algorithms
 
     names = nano_algorithms("direct_alignment")
@@ -95,3 +95,6 @@ def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
             assert recipe.value(key) == value, (name, key)
         own_beta = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["beta"]
         assert recipe.value("beta") == ALGORITHMS[name].nano.get("beta", own_beta), name
+        # the family's nano lr unless the registry's `nano` sets the algorithm's own (SimPO: the book's ratio)
+        assert recipe.value("learning_rate") == ALGORITHMS[name].nano.get(
+            "learning_rate", family_named("direct_alignment").nano_overlay["learning_rate"]), name
