@@ -67,7 +67,7 @@ def test_nano_figures_draws_the_three_from_the_shipped_runs(tmp_path):
     from rlhf_recipes.tools import nano_figures
 
     assert list(nano_figures.figures()) == ["instruction_tuning", "rejection_sampling", "distillation"]
-    for name, family in nano_figures.figures().items():
+    for name in nano_figures.figures():
         fig = nano_figures.figure_of(name)
         runs = [(nano_figures.label(a, name), FIGURES / a) for a in fig.algorithms] or [
             ("nano SFT base (build)", FIGURES / BASE_RUN)]
