@@ -69,6 +69,19 @@ def test_gsm8k_rollouts_malformed_rows_name_the_row(mutate, message):
         assert "row 3" in str(err.value)  # rows[2]: 1-based
 
 
+@pytest.mark.parametrize("cast", [bool, int, float])
+def test_gsm8k_rollouts_accept_bool_and_int_correctness(cast):
+    """The book reads each reward with int()/bool(): a copy of the set that stores True/False or 0/1 trains alike."""
+    rows = [dict(r) for r in fixture_rows("gsm8k-rollouts/train.jsonl")[:3]]
+    for r in rows:
+        r["rewards"] = [cast(v) for v in r["rewards"]]
+    out = normalize("gsm8k_rollouts", rows)
+    expected = [[float(v) for v in r["rewards"]] for r in rows]
+    # (datasets keeps a column's stored type when a map rewrites it; rollout_examples reads each value as float)
+    assert [[float(v) for v in r] for r in out["rewards"]] == expected
+    assert any(1.0 in r for r in expected) and any(0.0 in r for r in expected)
+
+
 def test_adapters_reject_wrong_types_with_the_column_name():
     """Rows whose types differ from the schema (a Dataset cannot even hold them next to good rows)."""
     rollout = fixture_rows("gsm8k-rollouts/train.jsonl")[0]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from custom_losses.reward_models.losses import (
-    bradley_terry_loss, preference_metrics, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
+    bradley_terry_loss, last_token_hits, preference_metrics, rollout_metrics, step_ce_loss, step_metrics,
+    token_bce_loss,
 )
 from rewards.reward_model_scoring import rollout_scores
 
@@ -143,6 +144,61 @@ def test_rollout_metrics_top1_and_pairwise():
     assert m["random_top1"] == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
     assert m["oracle_top1"] == pytest.approx(2 / 3)
     assert m["num_prompts"] == 3 and m["num_rollouts"] == 7
+
+
+def test_rollout_metrics_count_ties_as_the_book():
+    """The book's train_orm.py: top-1 averages the correctness of the rollouts tied at the top score; a tied
+    (correct, incorrect) pair counts 0.5. Hand-computed from those definitions."""
+    #          prompt 0: 2 tied at top (1 right)   prompt 1: 3 tied at top (2 right)   prompt 2: no tie
+    scores = [0.7, 0.7, 0.1,                      0.4, 0.4, 0.4,                      0.9, 0.9, 0.3]
+    rewards = [1, 0, 0,                            1, 1, 0,                            1, 1, 0]
+    groups = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    m = rollout_metrics(scores, rewards, groups)
+    assert m["top1_accuracy"] == pytest.approx((1 / 2 + 2 / 3 + 1) / 3)
+    # pairs: p0 (0.7 vs 0.7)=0.5, (0.7 vs 0.1)=1; p1 (0.4 vs 0.4) x2 = 0.5 each; p2 (0.9 vs 0.3) x2 = 1 each
+    assert m["num_pairs"] == 6
+    assert m["pairwise_accuracy"] == pytest.approx((0.5 + 1 + 0.5 + 0.5 + 1 + 1) / 6)
+    assert m["mean_score_correct"] == pytest.approx((0.7 + 0.4 + 0.4 + 0.9 + 0.9) / 5)
+    assert m["mean_score_incorrect"] == pytest.approx((0.7 + 0.1 + 0.4 + 0.3) / 4)
+
+
+def test_orm_train_accuracy_is_per_sequence_at_the_last_token():
+    """The book's train/accuracy (since its PR #517): sigmoid(z) > 0.5 at each rollout's last token vs its label."""
+    logits = torch.tensor([[9.0, -2.0, 3.0, 0.0],    # last completion token (t=2) says right; label right
+                           [9.0, 5.0, -1.0, -4.0],   # last (t=3) says wrong; label right
+                           [0.0, -3.0, -3.0, 2.0],   # last (t=3) says right; label wrong
+                           [-1.0, -1.0, -1.0, -1.0]])  # no completion token: not counted
+    targets = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]])
+    assert last_token_hits(logits, targets, mask).tolist() == [True, False, False, False]
+    from custom_losses.reward_models.trainers import OutcomeRMTrainer
+
+    class Model(torch.nn.Module):
+        def forward(self, **inputs):
+            return SimpleNamespace(logits=logits[..., None])
+
+    model = Model()
+    stub = SimpleNamespace(model=model, args=SimpleNamespace(score_reduction="last"),
+                           accelerator=SimpleNamespace(gather_for_metrics=lambda t: t),
+                           _metrics={"train": defaultdict(list)})
+    stub._record = lambda *a: OutcomeRMTrainer._record(stub, *a)
+    inputs = {"input_ids": torch.zeros(4, 4, dtype=torch.long), "attention_mask": torch.ones(4, 4),
+              "completion_mask": mask, "rewards": targets}
+    OutcomeRMTrainer.compute_loss(stub, model, inputs)
+    assert stub._metrics["train"]["accuracy"] == [pytest.approx(1 / 3)]  # 1 of the 3 rollouts with tokens
+    # per token, the old meaning of the name: row 0 1/2, row 1 1/3 (only 5.0), row 2 3/4 (z = 0 says wrong: right)
+    assert stub._metrics["train"]["token_accuracy"] == [pytest.approx(5 / 9)]
+
+
+def test_orm_evaluation_logs_the_books_mean_scores_at_every_evaluation():
+    from custom_losses.reward_models.trainers import OutcomeRMTrainer
+
+    pred = SimpleNamespace(predictions=[0.8, 0.2, 0.6], label_ids=([1.0, 0.0, 1.0], [0, 0, 1]))
+    out = OutcomeRMTrainer.compute_eval_metrics(None, pred)
+    assert out["reward_correct_mean"] == pytest.approx(0.7) and out["reward_incorrect_mean"] == pytest.approx(0.2)
+    assert out["top1_accuracy"] == 1.0 and out["pairwise_accuracy"] == 1.0
+    only_right = SimpleNamespace(predictions=[0.8, 0.6], label_ids=([1.0, 1.0], [0, 1]))
+    assert "reward_incorrect_mean" not in OutcomeRMTrainer.compute_eval_metrics(None, only_right)  # as the book
 
 
 def test_step_metrics():

@@ -100,7 +100,10 @@ def test_orm_end_to_end(runs):
     out, results = runs("orm")
     _, evals = _check_run(out, results, "orm")
     ev = results["evaluation"]
-    assert ev["num_prompts"] == 6 and ev["num_rollouts"] == results["data"]["eval"]["rollouts"]
+    # 6 held-out prompts; under the book's long system prompt the tiny byte-level tokenizer pushes every rollout of
+    # some of them past max_length (skipped, as the book does), so fewer prompts are ranked.
+    assert 2 <= ev["num_prompts"] <= results["data"]["eval"]["rows"] == 6
+    assert ev["num_rollouts"] == results["data"]["eval"]["rollouts"]
     for key in ("top1_accuracy", "pairwise_accuracy", "random_top1", "oracle_top1"):
         assert 0.0 <= ev[key] <= 1.0
         # Trainer's distributed eval loop and the final evaluation pool the same predictions.
@@ -214,7 +217,8 @@ def test_recipes_carry_the_books_settings():
     assert (orm["model_name_or_path"], orm["num_samples"], orm["max_rollouts_per_prompt"], orm["learning_rate"],
             orm["per_device_train_batch_size"], orm["gradient_accumulation_steps"], orm["num_train_epochs"]) == (
         "Qwen/Qwen3-0.6B", 2000, 100, 1e-5, 1, 32, 1)
-    assert "####" in orm["system_prompt"]
+    assert orm["system_prompt"] == ("Solve the math problem step by step. End with exactly one line in the form "
+                                    "#### <number>. Do not write anything after that line.")  # the book's, word for word
     prm = _resolved("prm.yaml")
     assert (prm["model_name_or_path"], prm["num_samples"], prm["max_reasoning_steps"], prm["learning_rate"],
             prm["per_device_train_batch_size"], prm["gradient_accumulation_steps"], prm["num_train_epochs"],

@@ -87,12 +87,26 @@ def preference_metrics(chosen_rewards, rejected_rewards) -> dict[str, float]:
     }
 
 
+def last_token_hits(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """ORM training accuracy per SEQUENCE, as the book logs `train/accuracy` (since its PR #517).
+
+    logits (B, T) token logits, targets (B,) correctness, mask (B, T) completion tokens. A rollout
+    is right when sigmoid(z) > 0.5 (z > 0) at its LAST completion token agrees with y >= 0.5.
+    Returns a (B,) bool tensor; rows with no completion token are False (the caller counts them out).
+    """
+    positions = torch.arange(mask.size(-1), device=mask.device)
+    last = (positions * mask.long()).argmax(-1)
+    last_logits = logits.gather(-1, last[:, None]).squeeze(-1)
+    return ((last_logits > 0) == (targets >= 0.5)) & mask.bool().any(-1)
+
+
 def rollout_metrics(scores, rewards, groups) -> dict[str, float]:
     """ORM ranking metrics over rollouts grouped by prompt.
 
-    top1_accuracy: fraction of prompts whose best-scored rollout is correct (reward >= 0.5);
-    pairwise_accuracy: over all (correct, incorrect) rollout pairs of the same prompt, the
-    fraction where the correct one scores strictly higher. Baselines for reading them:
+    top1_accuracy: per prompt, the fraction of correct rollouts among those tied at the top score
+    (one top rollout: 1 or 0), averaged over prompts; pairwise_accuracy: over all (correct,
+    incorrect) rollout pairs of the same prompt, 1 when the correct one scores higher, 0.5 on a
+    tie, 0 otherwise, averaged (both as the book's train_orm.py counts ties). Baselines for reading them:
     random_top1 = mean fraction of correct rollouts per prompt (picking at random), oracle_top1
     = fraction of prompts with at least one correct rollout.
     """
@@ -103,12 +117,12 @@ def rollout_metrics(scores, rewards, groups) -> dict[str, float]:
     for g in np.unique(groups):
         idx = np.flatnonzero(groups == g)
         s, y = scores[idx], correct[idx]
-        top1.append(float(y[int(np.argmax(s))]))
+        top1.append(float(y[s == s.max()].mean()))
         random_top1.append(float(y.mean()))
         oracle.append(float(y.any()))
         if y.any() and (~y).any():
             diff = s[y][:, None] - s[~y][None, :]
-            wins += float((diff > 0).sum())
+            wins += float((diff > 0).sum()) + 0.5 * float((diff == 0).sum())
             pairs += diff.size
     return {
         "top1_accuracy": float(np.mean(top1)) if top1 else float("nan"),

@@ -17,7 +17,9 @@ from transformers import Trainer
 
 from custom_losses.reward_models.data import IGNORE_INDEX, RolloutCollator, StepCollator
 from custom_losses.schedules import BookLRScheduleMixin
-from custom_losses.reward_models.losses import rollout_metrics, step_ce_loss, step_metrics, token_bce_loss
+from custom_losses.reward_models.losses import (
+    last_token_hits, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
+)
 from rewards.reward_model_scoring import rollout_scores
 
 
@@ -91,16 +93,27 @@ class OutcomeRMTrainer(_TokenRewardTrainer):
         mask, targets = inputs["completion_mask"], inputs["rewards"]
         loss = token_bce_loss(logits, targets, mask)
         with torch.no_grad():
+            # `accuracy` is the book's train/accuracy: per rollout, at its last token; `token_accuracy` is the
+            # same test on every completion token (what this name meant before the book's PR #517).
+            has_tokens = mask.bool().any(-1)
+            self._record(mode, "accuracy", last_token_hits(logits, targets, mask).sum(), has_tokens.sum())
             keep = mask.bool()
             right = ((logits > 0) == (targets[:, None] >= 0.5).expand_as(logits)) & keep
-            self._record(mode, "accuracy", right.sum(), keep.sum())
+            self._record(mode, "token_accuracy", right.sum(), keep.sum())
             scores = rollout_scores(logits, mask, self.args.score_reduction)
         return (loss, {"scores": scores}) if return_outputs else loss
 
     def compute_eval_metrics(self, eval_pred) -> dict[str, float]:
         rewards, groups = eval_pred.label_ids
         m = rollout_metrics(eval_pred.predictions, rewards, groups)
-        return {k: m[k] for k in ("top1_accuracy", "pairwise_accuracy", "random_top1", "oracle_top1")}
+        out = {k: m[k] for k in ("top1_accuracy", "pairwise_accuracy", "random_top1", "oracle_top1")}
+        # The book logs the mean score of correct and of incorrect rollouts at every evaluation, under
+        # val/reward_correct_mean and val/reward_incorrect_mean (absent when the split has none of a kind).
+        for ours, book in (("mean_score_correct", "reward_correct_mean"),
+                           ("mean_score_incorrect", "reward_incorrect_mean")):
+            if m[ours] == m[ours]:  # not NaN
+                out[book] = m[ours]
+        return out
 
 
 class ProcessRMTrainer(_TokenRewardTrainer):

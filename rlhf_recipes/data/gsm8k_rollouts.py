@@ -2,7 +2,7 @@
 
 Real schema, one prompt per row: `prompt` (str, the question), `completions` (list of str,
 up to ~100 sampled solutions), `rewards` (list of float: 1.0 when the completion's final
-"#### <number>" is correct, else 0.0). The row stays grouped by prompt, so the eval split
+"#### <number>" is correct, else 0.0; bools and 0/1 ints are read the same way). The row stays grouped by prompt, so the eval split
 holds whole prompts out (the ORM's top-1 metric ranks the rollouts of one prompt); the ORM
 family expands it into one example per rollout. The prompt becomes a user message, so the
 recipe's `system_prompt` (the book asks for a final "#### <number>") is put in front of it.
@@ -26,9 +26,13 @@ def normalize(row: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"column `rewards` must be a list with one value per completion ({len(completions)}), got {rewards!r:.80}"
         )
+    # The book casts each reward with int() and bool(), so a hub copy may hold bools or 0/1 ints as well as
+    # 0.0/1.0 floats: all of them are correctness and become floats here.
     for r in rewards:
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not 0.0 <= r <= 1.0:
-            raise ValueError(f"column `rewards`: every value must be a number in [0, 1] (correctness), got {r!r}")
+        if not isinstance(r, (bool, int, float)) or not math.isfinite(r) or not 0.0 <= r <= 1.0:
+            raise ValueError(
+                f"column `rewards`: every value must be correctness, a bool or a number in [0, 1], got {r!r}"
+            )
     if not completions:
         return {DROP: "no completions"}
     return {
