@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from rewards.reward_model_files import resolve_reward_model_dir
+from rewards.zero3 import replicated_under_zero3
 from rewards.text import completion_text
 from rewards.reward_model_encoding import (
     DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, encode_rollout, encode_sequence, encode_steps,
@@ -148,7 +149,9 @@ def load_reward_model(path: str, dtype: str | None = None, **from_pretrained):
     cls = AutoModelForSequenceClassification if info["kind"] == "preference" else AutoModelForTokenClassification
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)
-    model = cls.from_pretrained(path, **{"dtype": dtype, **from_pretrained})
+    # Never a DeepSpeed engine: under ZeRO-3 (a GRPO/PPO run's `rm:` reward) it must still hold its whole weights.
+    with replicated_under_zero3():
+        model = cls.from_pretrained(path, **{"dtype": dtype, **from_pretrained})
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -19,7 +19,6 @@ value_head.safetensors (shared), plus ppo_value.json saying which.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -29,6 +28,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from rewards.zero3 import replicated_under_zero3  # the value model is not a DeepSpeed engine: whole weights
 
 logger = logging.getLogger(__name__)
 
@@ -76,23 +77,6 @@ def value_peft_config(peft_config):
     else:
         config.exclude_modules = sorted(set(excluded or []) | {"score"})
     return config
-
-
-@contextlib.contextmanager
-def replicated_under_zero3():
-    """Load a model whole even when a DeepSpeed ZeRO-3 config is active.
-
-    transformers partitions every model it loads while a ZeRO-3 config is registered
-    (zero.Init); the value model is not a DeepSpeed engine, so it must hold its full weights.
-    """
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
-    hf_deepspeed._hf_deepspeed_config_weak_ref = None
-    try:
-        yield
-    finally:
-        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
 
 
 def load_value_model(path: str, pad_token_id: int | None, seed: int, init_kwargs: dict[str, Any] | None = None,
