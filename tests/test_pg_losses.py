@@ -284,6 +284,7 @@ def _book_stub(objective, loss_type="grpo", beta=0.0, accumulation=2, old=OLD):
     stub._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.ones_like(logp), None)
     stub.args = SimpleNamespace(book_objective=objective, kl_in_reward=False, kl_estimator="k3")
     stub.beta, stub.loss_type, stub.epsilon_low, stub.epsilon_high = beta, loss_type, 0.2, 0.4
+    stub.top_entropy_quantile, stub.entropy_coef, stub.use_vllm = 1.0, 0.0, False  # TRL's options, off
     stub.model = SimpleNamespace(training=True)
     stub.current_gradient_accumulation_steps = accumulation
     stub._metrics = {"train": defaultdict(list)}

@@ -14,7 +14,7 @@ from typing import Any
 from trl import GRPOConfig
 
 import rewards
-from custom_losses.policy_gradient import rollout_backends
+from custom_losses.policy_gradient import rollout_backends, trl_options
 from custom_losses.policy_gradient.advantages import ESTIMATORS
 from custom_losses.policy_gradient.objectives import KL_ESTIMATORS
 
@@ -82,6 +82,12 @@ class BookGRPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Subtract beta * (sequence mean KL) from the reward before advantages (the book's "
                   "REINFORCE, RLOO, PPO) instead of adding beta * KL to the per-token loss."},
+    )
+    use_bias_correction_kl: bool = field(
+        default=False,
+        metadata={"help": "false (book): beta's KL term is the plain per-token estimate. TRL's default true weights "
+                  "its own KL term by the importance ratio; every recipe here uses its own KL term (kl_estimator), "
+                  "which does not, so true is refused."},
     )
     logprobs_at_sampling_temperature: bool = field(
         default=False,
@@ -202,6 +208,9 @@ class BookGRPOConfig(GRPOConfig):
             raise ValueError("advantage_eps and logprob_tolerance must be >= 0")
         if self.max_refill_rounds < 0 or self.max_nonfinite_skips < 0 or self.log_samples_every < 0:
             raise ValueError("max_refill_rounds, max_nonfinite_skips and log_samples_every must be >= 0")
+        refused = trl_options.refusals(self)  # TRL options that only TRL's own loss reads: act or are refused
+        if refused:
+            raise ValueError("; ".join(refused))
         if self.use_vllm and self.vllm_importance_sampling_correction and not self.logprobs_at_sampling_temperature:
             raise ValueError(
                 "vLLM's importance-sampling correction compares vLLM's log-probs (at the sampling temperature) with "

@@ -344,6 +344,14 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
             per_token = cispo_loss(logps, old, advantages, self.epsilon_low, self.epsilon_high)
         else:
             per_token = policy_gradient_loss(logps, advantages)
+        # TRL's options on the policy term, as GRPOTrainer._compute_loss applies them (trl_options.py): the 80/20
+        # rule keeps the policy term on the top-q entropy tokens only; vLLM's importance-sampling weight.
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+            per_token = per_token * entropy_mask
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token = per_token * inputs["importance_sampling_ratio"]
         mode = "train" if self.model.training else "eval"
         if self.beta != 0.0 and not self.args.kl_in_reward:
             kl = kl_estimate(logps, inputs["ref_per_token_logps"], self.args.kl_estimator)
@@ -356,6 +364,9 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
             ratio = torch.exp(logps.detach() - old)
             clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
             self._metrics[mode]["cispo_clip_ratio"].append(self._global_masked_mean(clipped.float(), mask))
+        if self.entropy_coef != 0.0:  # TRL's constant entropy bonus: - coef * mean entropy over the masked tokens
+            acting = mask if entropy_mask is None else mask * entropy_mask
+            loss = loss - self.entropy_coef * (entropies * acting).sum() / acting.sum().clamp(min=1.0)
         return loss / self._loss_normalizer()
 
     def _guard_loss(self, loss: torch.Tensor) -> torch.Tensor:

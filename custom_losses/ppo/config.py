@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from custom_losses.policy_gradient.config import BookGRPOConfig
 from custom_losses.ppo.losses import KL_REWARD_SHAPES
@@ -20,6 +20,8 @@ VALUE_OPTIMIZERS = ("joint", "separate")
 @dataclass
 class PPOConfig(BookGRPOConfig):
     """BookGRPOConfig plus PPO's value model and GAE. Defaults are the book's."""
+
+    own_objective: ClassVar[str] = "ppo"  # for the TRL options only TRL's loss reads (policy_gradient/trl_options.py)
 
     advantage_estimator: str = field(
         default="raw",
@@ -123,12 +125,9 @@ class PPOConfig(BookGRPOConfig):
                              "does not apply (set one or the other)")
         if self.share_value_backbone and self.value_use_peft:
             raise ValueError("value_use_peft applies to a separate value model, not to share_value_backbone")
-        unsupported = {
-            "top_entropy_quantile": self.top_entropy_quantile < 1.0,
-            "off_policy_mask_threshold": self.off_policy_mask_threshold is not None,
-            "entropy_coef": self.entropy_coef != 0.0 or self.use_adaptive_entropy,
-            "num_iterations": self.num_iterations != 1,
-        }
+        # TRL's loss options (top_entropy_quantile, entropy_coef, delta, ...) are refused by
+        # policy_gradient/trl_options.py, for ppo as for the other objectives of ours.
+        unsupported = {"num_iterations": self.num_iterations != 1}
         bad = [name for name, on in unsupported.items() if on]
         if bad:
             raise ValueError(f"ppo does not implement GRPOTrainer's {', '.join(bad)}; leave them at their defaults")
