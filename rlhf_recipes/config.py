@@ -91,6 +91,10 @@ class RecipeArgs:
         default=None, metadata={"help": "Shuffle the rows with this seed before taking num_samples."}
     )
     eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of the rows held out for evaluation."})
+    eval_split_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the train/eval split (eval_fraction); dataset_shuffle_seed, else 0, "
+                                "if unset."}
+    )
     dataset_kwargs: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "Source-specific options (e.g. reasoning-gym task and config)."}
     )

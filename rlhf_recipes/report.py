@@ -82,6 +82,9 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "interrupted": status == "interrupted",
         "wall_seconds": round(wall_seconds, 2),
         "final_metrics": last_values(rows),
+        # rows read, dropped (by reason; the first rows that did not fit, named) and trained on (data/sources.py);
+        # a family's `data` (token-length statistics) comes in `extra`
+        "dataset_rows": getattr(recipe, "data_counts", None),
         **(extra or {}),
     }
     # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".

@@ -46,3 +46,6 @@ class DataSource:
     # problems x n rollouts in the prompt/completions/rewards schema, their description), on which a reward
     # model's best-of-N pick is measured (evaluation/best_of_n.py).
     heldout_rollouts: Callable[[Any, int], tuple[list[dict[str, Any]], dict[str, Any]]] | None = None
+    # A hub repo of raw JSONL files that `datasets` cannot merge into one split (their schemas differ):
+    # split -> the files to read line by line, in this order (data/hub_files.py; PRM800K's phase files).
+    hub_files: Callable[[str], tuple[str, ...]] | None = None

@@ -25,6 +25,10 @@ def parse_dialogue(text: str, column: str) -> list[dict[str, str]]:
     return [{"role": _ROLES[role], "content": content} for role, content in zip(parts[1::2], parts[2::2])]
 
 
+def _ends_in_a_reply(response: list[dict[str, str]]) -> bool:
+    return bool(response) and response[-1]["role"] == "assistant" and bool(response[-1]["content"].strip())
+
+
 def normalize(row: dict[str, Any]) -> dict[str, Any]:
     chosen = parse_dialogue(row["chosen"], "chosen")
     rejected = parse_dialogue(row["rejected"], "rejected")
@@ -38,7 +42,9 @@ def normalize(row: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("chosen and rejected share no user turn to use as the prompt")
     if chosen[shared:] == rejected[shared:]:
         return {DROP: "identical chosen and rejected"}
-    if not chosen[shared:] or not rejected[shared:]:
+    # Judge the reply's text, not the list: a side ending "\n\nAssistant: " parses as one assistant turn with
+    # empty content (hh-rlhf harmless-base test row 87), a pair that would teach answering with nothing.
+    if not _ends_in_a_reply(chosen[shared:]) or not _ends_in_a_reply(rejected[shared:]):
         return {DROP: "empty response"}
     return {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
 

@@ -12,6 +12,14 @@ that ended the labeling. A step without a rating ends the trajectory before it.
 Output, TRL's stepwise-supervision columns: `prompt` (the problem text; the PRM recipe's
 `prompt_template` formats it), `completions` (the step texts) and `labels` (ratings -1/0/+1).
 Rows with no labeled step (e.g. "bad_problem") are dropped and counted.
+
+On the hub (tasksource/PRM800K) the data is four raw files, phase1_{train,test}.jsonl and
+phase2_{train,test}.jsonl, read line by line, phase 1 first (data/hub_files.py): the first
+`num_samples` usable rows in file order, as the book takes them.
+
+Where the book differs: its get_steps_and_labels appends every rated completion of each step
+(the chosen one and the rejected alternatives, one after the other) to the trace; this adapter
+follows the one path the labeler took, so a trace reads as a solution.
 """
 
 from __future__ import annotations
@@ -80,10 +88,17 @@ def normalize(row: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": question["problem"], "completions": texts, "labels": ratings}
 
 
+def phase_files(split: str) -> tuple[str, ...]:
+    """The hub repo's raw files for a split, phase 1 first (its file order, which the book reads)."""
+    return f"phase1_{split}.jsonl", f"phase2_{split}.jsonl"
+
+
 SOURCE = DataSource(
     name="prm800k",
     hub_id="tasksource/PRM800K",
     fixture="prm800k/train.jsonl",
     columns=("question", "label"),
     normalize=normalize,
+    # Phase 2's `question` has fields phase 1's lacks: datasets cannot merge the files into one split.
+    hub_files=phase_files,
 )

@@ -26,7 +26,7 @@ def prompt_key(row: dict[str, Any]) -> str:
 def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from datasets import load_dataset
 
-    from rlhf_recipes.data.sources import FIXTURES, SOURCES, _read, load_splits, normalize_rows
+    from rlhf_recipes.data.sources import FIXTURES, SOURCES, _read, eval_split_seed, load_splits, normalize_rows
 
     args, source = recipe.args, SOURCES[recipe.args.dataset]
     if source.heldout is not None and not args.data_files:
@@ -40,7 +40,7 @@ def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[
     train, evals = load_splits(recipe)
     if evals is not None:
         rows, construction = evals.to_list(), (f"the run's own held-out split (eval_fraction {args.eval_fraction}, "
-                                               f"seed {args.dataset_shuffle_seed or 0})")
+                                               f"seed {eval_split_seed(args)})")
         split = "eval_fraction"
     elif source.heldout_split is not None and not args.data_files and (
             not recipe.tiny or source.heldout_fixture is not None):

@@ -28,6 +28,7 @@ class RewardModelEvaluator(Evaluator):
         from datasets import concatenate_datasets
 
         from rlhf_recipes.data import load_splits
+        from rlhf_recipes.data.sources import eval_split_seed
 
         train, evals = load_splits(self.recipe)
         if self.options.split == "all":
@@ -42,7 +43,7 @@ class RewardModelEvaluator(Evaluator):
         if self.options.num_problems:
             rows = rows.select(range(min(self.options.num_problems, len(rows))))
         return rows, {"source": self.recipe.args.dataset_name or self.recipe.args.dataset, "split": self.options.split,
-                      "seed": self.recipe.args.dataset_shuffle_seed or 0, "problems": len(rows),
+                      "seed": eval_split_seed(self.recipe.args), "problems": len(rows),
                       "construction": construction}
 
     def selection_rows(self) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
