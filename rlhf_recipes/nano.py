@@ -173,18 +173,13 @@ def run_sft(recipe_name: str, target: Path, goal: dict, overrides: tuple[str, ..
 
 
 def _sft_build(recipe_name: str, goal: dict, target: Path, start_path, what: str) -> str:
-    """The SFT recipe's run into `target`, once: cached, built under a file lock (concurrent callers wait and
-    reuse it); `start_path()` builds the recipe's starting model first, outside the lock."""
-    from filelock import FileLock
-
+    """The SFT recipe's run into `target`, once: cached, built under build_cached's file lock (concurrent callers
+    wait and reuse it); `start_path()` builds the recipe's starting model first, outside the lock."""
     if (target / "config.json").exists():
         return str(target)
     start_path()  # before the lock: the SFT subprocess then finds its start cached
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):  # one SFT run; the other processes wait and reuse it
-        if not (target / "config.json").exists():
-            print(f"building {what}: recipes/{recipe_name}.yaml (SFT, once) -> {target}", file=sys.stderr, flush=True)
-        return build_cached(target, lambda folder: run_sft(recipe_name, folder, goal))
+    return build_cached(target, lambda folder: run_sft(recipe_name, folder, goal),
+                        announce=f"building {what}: recipes/{recipe_name}.yaml (SFT, once) -> {target}")
 
 
 def nano_model_path() -> str:

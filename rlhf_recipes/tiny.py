@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -124,25 +125,30 @@ def save_random_qwen3(target: Path, tokenizer, shape: dict, seed: int) -> None:
     tokenizer.save_pretrained(target)
 
 
-def build_cached(target: Path, build: Callable[[Path], None]) -> str:
+def build_cached(target: Path, build: Callable[[Path], None], announce: str = "") -> str:
     """`target`, built by `build(folder)` unless it already holds a model (config.json).
 
-    Safe when several processes call it at once: each builds into its own temporary
-    directory and the first to finish renames it into place (the others' copies are identical).
+    Built once even when several processes ask at once (parallel test workers, the ranks of a launch): the first
+    takes a file lock beside `target` and builds; the others wait on the lock and reuse its build. The build goes
+    into a temporary directory renamed into place, so a build killed halfway leaves no half-written `target`.
+    `announce`, when given, is printed to stderr by the process that builds (not by those that wait).
     """
+    from filelock import FileLock
+
     if (target / "config.json").exists():
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        build(tmp)
+    with FileLock(str(target) + ".lock"):
+        if (target / "config.json").exists():  # built by another process while this one waited
+            return str(target)
+        if announce:
+            print(announce, file=sys.stderr, flush=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
         try:
+            build(tmp)
             os.rename(tmp, target)
-        except OSError:  # another process won the race; its copy is identical
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
 
 
