@@ -1,6 +1,7 @@
 """Rejection sampling (book chapter 9): the four selection rules and the answer grading against the book's
 formulas on fixed rows, the recipes' book settings, and a recipe end to end on the tiny profile (its stage
-files, a re-run that skips finished stages, and an exact resume of the SFT stage)."""
+files, a re-run that skips finished stages, and an exact resume of the SFT stage); the stages shared out across
+processes in chunks that a re-run reads back, and the refusal of DeepSpeed ZeRO-3."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import RECIPES, losses_after, read_metrics, run_recipe
+from conftest import RECIPES, launch, losses_after, read_metrics, run_recipe
 
 from custom_losses.rejection_sampling import grading, selection
 
@@ -259,6 +260,50 @@ def test_a_missing_reward_model_is_a_one_line_error_before_anything_loads(tmp_pa
     assert "reward_model" in capsys.readouterr().err and not (tmp_path / "run" / "rollouts.jsonl").exists()
 
 
+def test_zero3_is_a_one_line_error_before_anything_loads(tmp_path, monkeypatch, capsys):
+    """What `accelerate launch --config_file accelerate_configs/zero3.yaml` sets: refused with the fix."""
+    pytest.importorskip("deepspeed")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    run_recipe("rejection_sampling_top_per_prompt.yaml", tmp_path / "run", expect=2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not run under DeepSpeed ZeRO-3" in err[0] and "4gpu.yaml" in err[0], err
+    assert not (tmp_path / "run" / "rollouts.jsonl").exists()
+
+
+def test_a_stage_in_chunks_reads_back_the_chunks_a_crashed_run_finished(tmp_path):
+    """Chunks of 4 items: the chunk file an earlier run left (items 4-8) is read, not computed again; the others
+    are computed and kept until the stage file is written, then the chunk folder goes."""
+    from rlhf_recipes.families.rejection_sampling_stages import (
+        Processes, parts_dir, read_jsonl, sharded, stage, write_jsonl,
+    )
+
+    path = tmp_path / "rollouts.jsonl"
+    parts = parts_dir(path)
+    parts.mkdir()
+    write_jsonl(parts / "0000004-0000008.jsonl", [{"item": i, "by": "the crashed run"} for i in range(4, 8)])
+    computed = []
+
+    def compute_chunk(first, chunk):
+        computed.append(first)
+        assert not path.exists() and (parts / "0000004-0000008.jsonl").exists()
+        return [{"item": i, "by": "this run"} for i in chunk]
+
+    procs = Processes()
+    rows = stage(path, "1 generate", lambda: sharded("1 generate", range(10), 4, compute_chunk, procs, parts),
+                 processes=procs, parts=parts)
+    assert computed == [0, 8] and [r["item"] for r in rows] == list(range(10))
+    assert [r["by"] for r in rows] == ["this run"] * 4 + ["the crashed run"] * 4 + ["this run"] * 2
+    assert read_jsonl(path) == rows and not parts.exists()
+
+
+def test_chunk_seeds_differ_by_chunk_and_by_seed():
+    from rlhf_recipes.families.rejection_sampling_stages import chunk_seed
+
+    seeds = {chunk_seed(seed, first) for seed in (0, 1, 42) for first in (0, 8, 16)}
+    assert len(seeds) == 9 and chunk_seed(42, 8) == chunk_seed(42, 8)
+
+
 # --- end to end on the tiny profile ---------------------------------------------------------------
 STAGE_FILES = ("rollouts.jsonl", "scored.jsonl", "selection.jsonl", "eval_base.jsonl")
 
@@ -335,3 +380,25 @@ def test_every_rule_runs_on_tiny(rule, pairs, tmp_path):
     assert [(p["prompt_index"], p["completion_index"]) for p in picked] == selection.RULES[rule](scored, 8, 42)
     assert results["selection"]["pairs"] == len(picked) == pairs and results["steps"] == 2 * pairs // 2
     assert 0.0 <= results["test_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_share_the_stages_and_write_what_one_process_writes(finished, tmp_path):
+    """2 gloo processes: process 1 generates and evaluates its own chunks (its log line says which), nobody waits
+    for a whole stage, and the stage files are byte for byte those of the one-process run (the same seed per
+    chunk, the same batches); the SFT stage then trains 6 steps on the same selection."""
+    out = tmp_path / "two"
+    result = launch("ddp_2proc.yaml", "rejection_sampling_top_per_prompt.yaml", out)
+    log = result.stdout + result.stderr
+    # tiny: 6 prompts in chunks of rollout_batch_size 4; 6 evaluation questions in chunks of 4
+    assert "stage 1 generate: process 1 of 2 did prompts 4-6 (1 of 2 chunks" in log, log[-3000:]
+    assert "stage 1 generate: process 0 of 2 did prompts 0-4 (1 of 2 chunks" in log
+    assert "stage 2-3 score: process 1 of 2 did prompts 4-6" in log
+    assert "stage 6 evaluate base: process 1 of 2 did questions 4-6" in log
+    one, _ = finished
+    for name in STAGE_FILES:
+        assert (out / name).read_text() == (one / name).read_text(), name
+    assert not list(out.glob("*.parts")), "chunk folders are removed once their stage file is written"
+    results = json.loads((out / "final_results.json").read_text())
+    assert results["world_size"] == 2 and results["status"] == "finished" and results["steps"] == 6

@@ -13,6 +13,7 @@ from custom_losses.rejection_sampling.grading import BOXED_RULE_HELP, BOXED_RULE
 from custom_losses.rejection_sampling.selection import RULES
 from custom_losses.sft.config import BookSFTConfig
 from rewards.reward_model import RM_PREFIX
+from rewards.zero3 import zero3_launch
 
 
 @dataclass
@@ -79,6 +80,10 @@ class RejectionSamplingConfig(BookSFTConfig):
                 raise ValueError(f"reward_func {self.reward_func!r} names a reward model: set reward_model to it")
             rewards.check_names([self.reward_func])
         check_rule(self.boxed_rule)
+        if zero3_launch():
+            raise ValueError("rejection sampling does not run under DeepSpeed ZeRO-3 (its stages sample and score "
+                             "with whole models outside the training engine, and ZeRO-3 would partition them): launch "
+                             "it with a DDP config such as accelerate_configs/4gpu.yaml or 1gpu.yaml")
         if self.selection_rule not in RULES:
             raise ValueError(f"selection_rule must be one of {', '.join(RULES)}, got {self.selection_rule!r}")
         for name in ("selection_k", "num_completions", "rollout_max_new_tokens", "rollout_batch_size",

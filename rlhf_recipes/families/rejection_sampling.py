@@ -20,22 +20,26 @@ trainer -> train -> final results) without a second entry point:
 Stages 4 (its statistics) and 6 grade with the held-out evaluator of the prompts' task (`task_evaluator`: GSM8K
 for the book's recipes, reasoning-gym spell_backward on nano), the one `rlhf-recipes evaluate` uses.
 Each stage writes its file atomically (a .tmp renamed) and a re-run (`--resume`) that finds the
-file reads it instead of recomputing ("stage ...: found ..., skipped" in the log). Under several
-processes, the main process runs the stages first and the others then find the files.
+file reads it instead of recomputing ("stage ...: found ..., skipped" in the log). Stages 1, 2-3 (with a reward
+model) and 6 (base) are shared out across the processes in chunks of `rollout_batch_size` prompts (or
+`eval_generation_batch_size` questions), and stages 1 and 2-3 keep each finished chunk, so a crash costs one chunk,
+not the stage (rejection_sampling_stages.py); the result does not depend on the number of processes.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rewards.reward_model import RM_PREFIX
 from rlhf_recipes.generation import generate
 from rlhf_recipes.families.base import BookFigure
+from rlhf_recipes.families.rejection_sampling_stages import (  # noqa: F401 (read_jsonl: tests and tools read stages)
+    Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage, write_jsonl,
+)
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
 logger = logging.getLogger(__name__)
@@ -43,34 +47,6 @@ logger = logging.getLogger(__name__)
 ROLLOUTS, SCORED, SELECTION = "rollouts.jsonl", "scored.jsonl", "selection.jsonl"
 EVAL_BASE, EVAL_TUNED = "eval_base.jsonl", "eval_tuned.jsonl"
 TINY_RM = "tiny"
-
-
-# --- files -----------------------------------------------------------------------------------
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)  # a stage's file exists only once it is complete
-
-
-def stage(path: Path, name: str, compute: Callable[[], list[dict[str, Any]]],
-          still_valid: Callable[[list[dict[str, Any]]], bool] = lambda rows: True) -> list[dict[str, Any]]:
-    """The rows of a stage: read from `path` when a previous run finished it (and `still_valid` accepts its
-    rows), else computed and written."""
-    if path.exists():
-        rows = read_jsonl(path)
-        if still_valid(rows):
-            logger.info("stage %s: found %s, skipped", name, path)
-            return rows
-        logger.info("stage %s: %s is from another training step, computed again", name, path)
-    logger.info("stage %s: running", name)
-    rows = compute()
-    write_jsonl(path, rows)
-    logger.info("stage %s: wrote %s (%d rows)", name, path, len(rows))
-    return rows
 
 
 def _free() -> None:
@@ -212,8 +188,7 @@ class RejectionSampling(SupervisedFineTuning):
         state = PartialState()
         if model.device != state.device:
             model.to(state.device)
-        with state.main_process_first():  # the main process writes each stage; the others then read it
-            selection = self.prepare(recipe, model, tokenizer, train)
+        selection = self.prepare(recipe, model, tokenizer, train)  # every process takes its share of the stages
         return super().build_trainer(recipe, model, tokenizer, self.sft_rows(recipe, selection), eval, callbacks)
 
     def prepare(self, recipe, model, tokenizer, prompts) -> list[dict[str, Any]]:
@@ -222,47 +197,65 @@ class RejectionSampling(SupervisedFineTuning):
 
         cfg, out = recipe.training, Path(recipe.training.output_dir)
         out.mkdir(parents=True, exist_ok=True)
+        procs = Processes()
         chats = [list(row["prompt"]) for row in prompts]
+        rows = list(prompts)
 
-        def rollouts():
-            import torch
-
-            torch.manual_seed(cfg.seed)
-            samples = generate(model, tokenizer, chats, n=cfg.num_completions, batch_size=cfg.rollout_batch_size,
-                               max_new_tokens=cfg.rollout_max_new_tokens,
-                               chat_template_kwargs={"enable_thinking": cfg.enable_thinking},
-                               desc="generate", temperature=cfg.rollout_temperature, top_p=cfg.rollout_top_p,
-                               top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
-            return [{"question": chat[-1]["content"], "answer": row["answer"], "columns": task_columns(row),
+        def generate_chunk(first: int, chunk: list[int]) -> list[dict[str, Any]]:
+            # One generate call (rollout_batch_size prompts) from the chunk's own seed: the same completions
+            # whichever process draws them, and whether or not the run was interrupted before.
+            samples = generate(model, tokenizer, [chats[i] for i in chunk], n=cfg.num_completions,
+                               batch_size=cfg.rollout_batch_size, max_new_tokens=cfg.rollout_max_new_tokens,
+                               chat_template_kwargs={"enable_thinking": cfg.enable_thinking}, desc="generate",
+                               seed=chunk_seed(cfg.seed, first), temperature=cfg.rollout_temperature,
+                               top_p=cfg.rollout_top_p, top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
+            return [{"question": chats[i][-1]["content"], "answer": rows[i]["answer"], "columns": task_columns(rows[i]),
                      "completions": [s["text"] for s in group], "truncated": [s["truncated"] for s in group]}
-                    for chat, row, group in zip(chats, prompts, samples)]
+                    for i, group in zip(chunk, samples)]
 
-        generated = stage(out / ROLLOUTS, "1 generate", rollouts)
+        parts = parts_dir(out / ROLLOUTS)
+        generated = stage(out / ROLLOUTS, "1 generate", lambda: sharded(
+            "1 generate", range(len(chats)), cfg.rollout_batch_size, generate_chunk, procs, parts), processes=procs,
+            parts=parts)
         if cfg.evaluate_base:
-            self.evaluate(recipe, model, tokenizer, out / EVAL_BASE, "6 evaluate base")
+            self.evaluate(recipe, model, tokenizer, out / EVAL_BASE, "6 evaluate base", processes=procs)
 
         def scored():
             if cfg.reward_func is not None:  # the task's own checker (the nano profile): no model to load
                 rewards = verifier_scores(cfg.reward_func, generated)
+                per_prompt, k = [], 0
+                for rec in generated:
+                    per_prompt.append(rewards[k:k + len(rec["completions"])])
+                    k += len(rec["completions"])
             else:
-                rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
-                rm.to(model.device)
-                flat = [[*chat, {"role": "assistant", "content": c}]
-                        for chat, rec in zip(chats, generated) for c in rec["completions"]]
-                rewards = score(rm, rm_tokenizer, flat, cfg.score_batch_size)
-                del rm
-                _free()
-            rows, k = [], 0
-            for rec in generated:
-                n = len(rec["completions"])
-                rows.append({**rec, "rewards": rewards[k:k + n]})
-                k += n
-            return rows
+                per_prompt = [r["rewards"] for r in sharded("2-3 score", generated, cfg.rollout_batch_size,
+                                                            score_chunk, procs, parts_dir(out / SCORED))]
+                if "rm" in loaded:
+                    del loaded["rm"]
+                    _free()
+            return [{**rec, "rewards": r} for rec, r in zip(generated, per_prompt)]
 
-        records = stage(out / SCORED, "2-3 score and cache", scored)
+        loaded: dict[str, Any] = {}  # the reward model, loaded by a process at its first chunk to score
+
+        def score_chunk(first: int, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if "rm" not in loaded:
+                rm, rm_tokenizer = load_reward_model(cfg.reward_model, model.dtype, cfg.reward_model_trust_remote_code)
+                loaded["rm"] = (rm.to(model.device), rm_tokenizer)
+            rm, rm_tokenizer = loaded["rm"]
+            flat = [[*chats[first + j], {"role": "assistant", "content": c}]
+                    for j, rec in enumerate(records) for c in rec["completions"]]
+            rewards, k = score(rm, rm_tokenizer, flat, cfg.score_batch_size), 0
+            out_rows = []
+            for rec in records:
+                out_rows.append({"rewards": rewards[k:k + len(rec["completions"])]})
+                k += len(rec["completions"])
+            return out_rows
+
+        records = stage(out / SCORED, "2-3 score and cache", scored, processes=procs,
+                        parts=None if cfg.reward_func is not None else parts_dir(out / SCORED))
         selection = stage(out / SELECTION, f"4 select ({cfg.selection_rule})",
                           lambda: pairs_of(records, select(cfg.selection_rule, records, cfg.selection_k,
-                                                           cfg.selection_seed)))
+                                                           cfg.selection_seed)), processes=procs)
         grader = self.task_evaluator(recipe)  # the task's grading, as stage 6 grades
 
         def is_correct(completion: str, record: dict[str, Any]) -> bool:
@@ -322,25 +315,34 @@ class RejectionSampling(SupervisedFineTuning):
                               f"prompts; `{recipe.args.dataset}` has no grader (use gsm8k or reasoning_gym)")
         return evaluator
 
-    def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0) -> list[dict[str, Any]]:
+    def evaluate(self, recipe, model, tokenizer, path: Path, name: str, step: int = 0,
+                 processes: Processes | None = None) -> list[dict[str, Any]]:
         """Greedy answers to the held-out questions of the task (GSM8K's test split; spell_backward's held-out
         draw on nano), graded by the task's evaluator (evaluation/gsm8k.py: the book's grading; evaluation/
         reasoning.py: score_answer); each row records the optimizer `step` of the weights, so a file of other
-        weights is not taken for this one."""
+        weights is not taken for this one. The questions are shared out across `processes` (every process must
+        call this then), in chunks of eval_generation_batch_size: one generate call each, as on one process."""
 
         evaluator = self.task_evaluator(recipe)
         grading = evaluator.grading()  # rows graded by another rule (e.g. boxed_rule changed) are graded again
+        procs = processes or Processes(alone=True)
+        batch_size = recipe.training.eval_generation_batch_size
 
         def compute():
             problems, _ = evaluator.data()
             chats, kwargs, max_new_tokens = evaluator.prompts()
-            answers = generate(model, tokenizer, chats, n=1, batch_size=recipe.training.eval_generation_batch_size,
-                               max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc=name.split(" ", 1)[1])
-            return [{"question": row["prompt"][-1]["content"], "gold": row["answer"], "completion": answer["text"],
-                     **evaluator.grade(answer["text"], row), "step": step, "grading": grading}
-                    for row, (answer,) in zip(problems, answers)]
 
-        return stage(path, name, compute,
+            def answer_chunk(first: int, chunk: list[int]) -> list[dict[str, Any]]:
+                answers = generate(model, tokenizer, [chats[i] for i in chunk], n=1, batch_size=batch_size,
+                                   max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs,
+                                   desc=name.split(" ", 1)[1])
+                return [{"question": problems[i]["prompt"][-1]["content"], "gold": problems[i]["answer"],
+                         "completion": answer["text"], **evaluator.grade(answer["text"], problems[i]), "step": step,
+                         "grading": grading} for i, (answer,) in zip(chunk, answers)]
+
+            return sharded(name, range(len(problems)), batch_size, answer_chunk, procs, noun="questions")
+
+        return stage(path, name, compute, processes=procs,
                      still_valid=lambda rows: all(r.get("step") == step and r.get("grading") == grading for r in rows))
 
     def final_results(self, recipe, trainer) -> dict[str, Any]:
@@ -349,6 +351,7 @@ class RejectionSampling(SupervisedFineTuning):
         if not trainer.is_world_process_zero():
             return results
         out = Path(recipe.training.output_dir)
+        # The main process alone, as the final results are written (the others wait at the run's last barrier).
         tuned = self.evaluate(recipe, trainer.model, trainer.processing_class, out / EVAL_TUNED, "6 evaluate tuned",
                               step=trainer.state.global_step)
         base = read_jsonl(out / EVAL_BASE) if (out / EVAL_BASE).exists() else None
