@@ -1,10 +1,16 @@
-"""Shared helpers: run a recipe in this process (fast) or as real processes (accelerate, gloo)."""
+"""Shared helpers: run a recipe in this process (fast) or as real processes (accelerate, gloo).
+
+Also how the suite runs on several workers (pytest-xdist, `-n 2 --dist loadgroup` in CI): the builds (tiny, the nano
+bases) live in one cache folder that every worker of a run shares, each built once under its file lock; tests that
+launch several processes form one xdist group (one worker runs them one after another, so two launches never share
+the two cores at once); tests that share a module-scoped run form their module's group (the run is made once)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -67,9 +73,31 @@ def low_token_fraction(completions, completion_ids=None, **kwargs):
     return [sum(t < 384 for t in ids) / max(len(ids), 1) for ids in completion_ids]
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it): a launch's MASTER_PORT, distinct across parallel workers.
+    A port from the pid (29500 + pid % 1000) collided whenever two workers' pids agreed modulo 1000."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def assert_base_unmoved(base: Path, measured: float, test: str) -> None:
+    """Before a learning test's floor: the base it was measured from is the base it runs on. A base's build records
+    its own held-out exact match (rlhf_recipes/evaluation/target.py, RECORD beside the model); when a change to the
+    base's recipe or build moves it, the failure says so, instead of blaming the algorithm for a floor measured on
+    another base."""
+    from rlhf_recipes.evaluation.target import RECORD
+
+    built = json.loads((base / RECORD).read_text())
+    assert built["value"] == pytest.approx(measured, abs=1e-9), (
+        f"the base moved: {base.name} now scores {built['value']:.1%} held-out {built['metric']} (its build's own "
+        f"measurement), and {test}'s floor was measured from a base at {measured:.1%}. Re-measure the spread over "
+        f"3 training seeds on the new base (its docstring says how) and set the floor and this number from it.")
+
+
 def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Real multi-process run: `accelerate launch --config_file accelerate_configs/cpu/CONFIG recipes/run.py ...`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "accelerate_configs" / "cpu" / config), "--main_process_port", env["MASTER_PORT"],
            str(RECIPES / "run.py"), str(RECIPES / recipe), "--profile", "tiny", "--output_dir", str(output_dir), *extra]
@@ -86,7 +114,7 @@ def launch_machines(config: str, recipe: str, output_dir: Path, *extra: str, mac
     import time
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    port = str(29500 + (os.getpid() + 500) % 1000)
+    port = str(free_port())
     running = []
     for rank in range(machines):
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -113,18 +141,64 @@ def launch_machines(config: str, recipe: str, output_dir: Path, *extra: str, mac
         assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{log.read_text()[-6000:]}"
 
 
+MULTIPROCESS_GROUP = "multiprocess"
+SLOW_FIXTURES = ("nano_base", "nano_sdpo_base")  # a test that needs a nano base trains or evaluates on it: slow
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Marks derived from what a test uses, so that no test file has to remember them:
+
+    - `slow` on every `multiprocess` test and every test that uses a nano base (the quick tier, -m "not slow",
+      leaves them out);
+    - xdist groups (for `--dist loadgroup`): the multiprocess tests form one group, so a worker runs them one after
+      another and two 2-process launches never share the two cores; the tests of a module that share a run made by a
+      module- or class-scoped fixture form that module's group, so the run is made once, not once per worker. A
+      module whose shared run a multiprocess test also uses joins the multiprocess group (one group per test).
+    """
+    def shared_fixtures(item) -> set[str]:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.items() if info else ()
+        return {name for name, fixturedefs in defs if fixturedefs[-1].scope in ("module", "class")}
+
+    modules_with_multiprocess_sharing = {item.module.__name__ for item in items
+                                         if item.get_closest_marker("multiprocess") and shared_fixtures(item)}
+    for item in items:
+        multiprocess = item.get_closest_marker("multiprocess") is not None
+        if multiprocess or any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group"):
+            continue  # the test file chose
+        if multiprocess or (shared_fixtures(item) and item.module.__name__ in modules_with_multiprocess_sharing):
+            item.add_marker(pytest.mark.xdist_group(MULTIPROCESS_GROUP))
+        elif shared_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def shared_tmp(tmp_path_factory) -> Path:
+    """A folder every worker of this test run shares: under xdist a worker's basetemp is <the run's basetemp>/popen-gwN."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tiny_cache(tmp_path_factory, request):
-    """One tiny model build per test session, in a private cache dir unless one is given.
+    """One tiny model build per test run, in a cache folder shared by the run's workers unless one is given.
 
-    The nano bases this session's tests ask for start building at once in a second process (below), on the core
-    that the single-threaded tests leave idle, and are stopped if the session ends first."""
+    The nano bases this run's tests ask for start building at once in a second process (below), on the core that
+    the tests leave idle at first; one worker starts it (gw0, or the only process without xdist) and the others
+    wait on the build's file lock. It is stopped if that worker's session ends first (a fixture still waiting then
+    takes the lock and builds)."""
     import torch
 
     torch.set_num_threads(1)
+    shared = shared_tmp(tmp_path_factory)
     if "RLHF_RECIPES_CACHE" not in os.environ:
-        os.environ["RLHF_RECIPES_CACHE"] = str(tmp_path_factory.mktemp("rlhf-cache"))
-    prebuild = _start_nano_prebuild(request.session.items, tmp_path_factory.mktemp("nano-prebuild") / "build.log")
+        (shared / "rlhf-cache").mkdir(exist_ok=True)
+        os.environ["RLHF_RECIPES_CACHE"] = str(shared / "rlhf-cache")
+    prebuild = None
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+        prebuild = _start_nano_prebuild(request.session.items, shared / "nano-prebuild.log")
     from rlhf_recipes.tiny import tiny_model_path
 
     yield tiny_model_path()

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, launch_machines, read_metrics, run_recipe
+from conftest import ROOT, free_port, launch_machines, read_metrics, run_recipe
 from rlhf_recipes.config import load_recipe
 
 CONFIG = "multinode_2machines.yaml"
@@ -51,7 +51,7 @@ def sbatch_locally(tmp_path, out, *recipe_args: str) -> subprocess.CompletedProc
     path = f"{bin_dir}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}"  # the venv's `accelerate`
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": path, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2",
            "SLURM_GPUS_ON_NODE": "1", "ACCELERATE_CONFIG": f"accelerate_configs/cpu/{CONFIG}",
-           "MASTER_PORT": str(29500 + (os.getpid() + 700) % 1000)}
+           "MASTER_PORT": str(free_port())}
     cmd = ["bash", "accelerate_configs/slurm/multinode.sbatch", *recipe_args, "--output_dir", str(out)]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{' '.join(cmd)}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
