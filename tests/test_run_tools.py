@@ -328,13 +328,10 @@ def test_a_generation_that_fails_ends_its_stream_with_the_reason(runs):
 
 
 def test_chat_without_gradio_names_the_extra(runs, monkeypatch, capsys):
-    import importlib.util
-
     from rlhf_recipes.tools.chat import main
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gradio" else real(name, *a))
-    assert main([str(runs / "finished")]) == 2
+    monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` fails, installed or not
+    assert main([str(runs / "finished"), "--port", str(_free_port())]) == 2
     assert "pip install 'rlhf-recipes[chat]'" in capsys.readouterr().err
 
 

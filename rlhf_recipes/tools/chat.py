@@ -21,13 +21,13 @@ Needs the `chat` extra: pip install 'rlhf-recipes[chat]'.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from rlhf_recipes.tools.run_folder import RunFolderError
+from rlhf_recipes.tools.surroundings import SurroundingsError, check_device, check_port_free, port_message, require
 from rlhf_recipes.tools.trained_model import TrainedModel, load_base, open_trained_model
 
 DEFAULT_SAMPLING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256}
@@ -168,19 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                         help="load the models in this dtype (default: bfloat16 on a GPU, float32 on the CPU)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if importlib.util.find_spec("gradio") is None:
-        print("error: rlhf-recipes chat needs Gradio, which the base install leaves out: pip install "
-              "'rlhf-recipes[chat]' (or pip install gradio)", file=sys.stderr)
-        return 2
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home from a local page
+    # What surrounds the tool first, each in one line, before any model loads (minutes on a large one): the port
+    # is free, Gradio imports, the run folders are finished runs, the device exists.
     try:
+        check_port_free(args.host, args.port, "rlhf-recipes chat")
+        require("gradio", "rlhf-recipes chat")
         runs = [open_trained_model(path, checkpoint_option=False) for path in args.runs]
-    except RunFolderError as e:
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        check_device(device, "rlhf-recipes chat")
+    except (RunFolderError, SurroundingsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home from a local page
-    import torch
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     columns, scorers = [], []
     for run in runs:
@@ -201,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     import gradio as gr
 
     theme = gr.themes.Default(font=FONTS, font_mono=MONO_FONTS)
-    page.queue().launch(server_name=args.host, server_port=args.port, share=args.share, theme=theme,
-                        inbrowser=False, footer_links=[])
+    try:
+        page.queue().launch(server_name=args.host, server_port=args.port, share=args.share, theme=theme,
+                            inbrowser=False, footer_links=[])
+    except OSError as e:  # the port was taken between the check and now, or the share link cannot be opened
+        print(f"error: {port_message(e, args.host, args.port, 'rlhf-recipes chat')}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -99,7 +99,16 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_known_noise()  # every tool loads models too: the same known, harmless lines stay silent
     sys.argv = [f"rlhf-recipes {name}", *rest]  # argparse names the subcommand in its usage line
-    return getattr(importlib.import_module(module), function)(rest) or 0
+    try:
+        return getattr(importlib.import_module(module), function)(rest) or 0
+    except Exception as e:  # a missing package, a port in use ...: one line (tools/surroundings.py); bugs re-raise
+        from rlhf_recipes.tools.surroundings import one_line
+
+        line = one_line(f"rlhf-recipes {name}", e)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
