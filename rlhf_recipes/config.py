@@ -364,6 +364,8 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     layer(cli, "command line")
     merged.setdefault("output_dir", default_output_dir(path, profile))
     origin.setdefault("output_dir", "default")
+    if data.get("resolved_from") is None:  # a run's own config.yaml already records what it ran with
+        real_run_defaults(merged, origin, owner, profile)
 
     typed: dict[str, dict[str, Any]] = {g: {} for g in schema}
     for key, value in merged.items():
@@ -406,6 +408,37 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     if construct:  # tools want every setting checked, TRL's own checks included, before they go on
         recipe.model, recipe.training  # noqa: B018
     return recipe
+
+
+# What a real run (no profile) gets unless the recipe or the command line says otherwise.
+# save_total_limit: transformers keeps every checkpoint without it: ~72 GB for one GRPO-style run of Qwen3-1.7B
+# (6 saves of weights + AdamW state). --resume picks the newest complete checkpoint, so two keep a fallback when
+# the newest is damaged (checkpoints.py); `--save_total_limit null` keeps them all.
+REAL_RUN_DEFAULTS: dict[str, Any] = {"save_total_limit": 2}
+WANDB_PROJECT = "rlhf-recipes"  # transformers' WandbCallback would log to wandb's project "huggingface"
+
+
+def reports_to_wandb(report_to: Any) -> bool:
+    """Whether a `report_to` value sends the run to wandb (transformers' "all" does when wandb is installed)."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "all" in names:
+        import importlib.util
+
+        return importlib.util.find_spec("wandb") is not None
+    return "wandb" in names
+
+
+def real_run_defaults(merged: dict[str, Any], origin: dict[str, str], owner: dict[str, str],
+                      profile: str | None) -> None:
+    """The defaults a real run needs and TRL does not give, written into config.yaml like any other value."""
+    if profile is None:
+        for key, value in REAL_RUN_DEFAULTS.items():
+            if key in owner and key not in merged:
+                merged[key], origin[key] = value, "default for a real run"
+    if reports_to_wandb(merged.get("report_to")) and merged.get("wandb_project") is None:
+        env = os.environ.get("WANDB_PROJECT")
+        merged["wandb_project"], origin["wandb_project"] = (env, "WANDB_PROJECT") if env else (WANDB_PROJECT,
+                                                                                               "default")
 
 
 def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -5,9 +5,10 @@
   source's columns and pass its adapter (the same `normalize` the run uses);
 - models: a local model folder has a config, weights and a tokenizer (and a chat template where
   the family needs one); a hub id is in the local cache when the hub is offline or unreachable;
-  every `rm:` reward model names a saved model.
+  every `rm:` reward model names a saved model;
+- the machine (rlhf_recipes/preflight.py): the optional packages, wandb's login, a GPU for a real run, the disk.
 Each failure is a RecipeError whose message names where the value came from, what was expected
-and the fix. Nothing here imports torch, transformers or datasets.
+and the fix. Nothing here imports transformers or datasets, nor torch except to ask a real run's GPU.
 """
 
 from __future__ import annotations
@@ -309,23 +310,10 @@ def check_model(name: str | None, flag: str, chat_template: bool = False) -> Non
 
 
 def check_extras(recipe) -> None:
-    """A feature whose package is an optional extra (pyproject.toml) that is not installed."""
-    import importlib.util
+    """The optional packages the run needs (pyproject.toml's extras) and wandb's login (rlhf_recipes/preflight.py)."""
+    from rlhf_recipes.preflight import extras_findings, stop_at_first, wandb_finding
 
-    needs = []
-    if recipe.value("load_in_4bit") or recipe.value("load_in_8bit"):
-        needs.append(("bitsandbytes", "qlora", recipe.where("load_in_4bit" if recipe.value("load_in_4bit")
-                                                            else "load_in_8bit")))
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        needs.append(("deepspeed", "deepspeed", "the accelerate config (DeepSpeed)"))
-    report_to = recipe.value("report_to") or []
-    if "wandb" in ([report_to] if isinstance(report_to, str) else report_to):
-        needs.append(("wandb", None, recipe.where("report_to")))
-    for package, extra, where in needs:
-        if importlib.util.find_spec(package) is None:
-            fix = f'pip install "rlhf-recipes[{extra}]"' if extra else f"pip install {package}"
-            raise RecipeError(f"{where}: needs the package `{package}`, which is not installed. Install it with "
-                              f"{fix}")
+    stop_at_first([*extras_findings(recipe), wandb_finding(recipe)])
     check_rollout_backend(recipe)
 
 
@@ -373,6 +361,15 @@ def check_inputs(recipe) -> None:
     check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
                 chat_template=family_of(recipe.algorithm).needs_chat_template)
     check_model_settings(recipe)  # quantization without LoRA, lengths past the model's positions, LoRA targets
+    check_rewards(recipe)
+    from rlhf_recipes.preflight import accelerator_finding, disk_finding, stop_at_first
+
+    # Last: a user's mistake above is named first, whatever machine it is found on.
+    stop_at_first([accelerator_finding(recipe), disk_finding(recipe)])
+
+
+def check_rewards(recipe) -> None:
+    """The reward functions' names, and every learned reward model (`rm:` folders, a scorer's model) the run loads."""
     names = recipe.value("reward_funcs") or []
     if names:
         import rewards
@@ -390,7 +387,6 @@ def check_inputs(recipe) -> None:
             check_reward_model(scorer[len(RM_PREFIX):], recipe.where("reward_model"))
         else:
             check_model(scorer, recipe.where("reward_model"))
-
 
 
 def check_reward_model(path: str, flag: str) -> None:

@@ -1,0 +1,377 @@
+"""What would stop or spoil a real run, found before anything loads: each finding one line with its fix.
+
+A finding is `ok`, `warn` (the run starts, but something will be lost or misread) or `stop` (the run would
+fail, after its data and model have loaded or hours later). The checks here need no network and import no
+model: `train` runs them before it loads anything (`check_before_load`: a stop is a one-line RecipeError, a warn
+is logged); `rlhf-recipes preflight` (rlhf_recipes/tools/preflight.py) prints them with the checks that need the
+hub, the accelerate config and the planner's model sizes.
+
+- wandb: a run that reports to wandb needs an API key (or an offline mode), else wandb raises at the first step,
+  after everything has loaded, or waits on a login prompt on rank 0 while the other ranks wait on it;
+- extras: the optional packages the run needs (DeepSpeed, bitsandbytes, vLLM, flash-attn), and their versions
+  against the ranges TRL 1.16 declares for them;
+- accelerator: a real recipe (no profile, a hub-size model) on a machine where torch sees no GPU would train on
+  the CPU, for days, without a word;
+- disk: the checkpoints the run keeps, and its final model, against the free space where it writes them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlhf_recipes.config import WANDB_PROJECT, reports_to_wandb
+from rlhf_recipes.errors import RecipeError
+
+logger = logging.getLogger(__name__)
+
+OK, WARN, STOP = "ok", "warn", "stop"
+GB = 1e9  # disk sizes in decimal GB, as df -H and cloud quotas give them
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # ok | warn | stop
+    topic: str  # what was checked: gpus, wandb, disk, ...
+    text: str  # one line: what was found and, unless ok, the fix
+
+
+def check_before_load(recipe) -> list[Finding]:
+    """Every network-free check, as `train` runs them (validation.check_inputs: the packages and wandb first, the GPU
+    and the disk after the recipe's own data and model checks)."""
+    return stop_at_first([*extras_findings(recipe), wandb_finding(recipe), accelerator_finding(recipe),
+                          disk_finding(recipe)])
+
+
+def stop_at_first(findings: list[Finding | None]) -> list[Finding]:
+    """The first stop raises as a one-line RecipeError; warnings are logged; the findings are returned."""
+    findings = [f for f in findings if f is not None]
+    stop = next((f for f in findings if f.level == STOP), None)
+    if stop is not None:
+        raise RecipeError(stop.text)
+    for finding in findings:
+        if finding.level == WARN:
+            logger.warning("%s", finding.text)
+    return findings
+
+
+# --------------------------------------------------------------------------------------
+# wandb
+
+
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")  # what wandb's Settings accepts
+NO_LOGIN_MODES = ("offline", "disabled", "dryrun")  # modes in which wandb.init needs no API key
+
+
+def wandb_finding(recipe) -> Finding | None:
+    """A run that reports to wandb: the package, a valid mode, and an API key unless the mode needs none."""
+    if not reports_to_wandb(recipe.value("report_to")):
+        return None
+    where = recipe.where("report_to")
+    if importlib.util.find_spec("wandb") is None:
+        return Finding(STOP, "wandb", f"{where}: needs the package `wandb`, which is not installed. Install it with "
+                                      "pip install wandb, or pass --report_to none")
+    # What configure_reporting (run_setup.py) will hand to wandb: the recipe's value first, then the environment.
+    mode_where = recipe.where("wandb_mode") if recipe.args.wandb_mode else "WANDB_MODE"
+    mode = recipe.args.wandb_mode or os.environ.get("WANDB_MODE") or None
+    project = recipe.value("wandb_project") or os.environ.get("WANDB_PROJECT") or WANDB_PROJECT
+    if mode is not None and mode not in WANDB_MODES:
+        return Finding(STOP, "wandb", f"{mode_where}: `{mode}` is not a wandb mode; use online, offline or disabled")
+    if mode in NO_LOGIN_MODES:
+        return Finding(OK, "wandb", f"wandb {mode}: no login needed; the run logs to project `{project}` in "
+                                    "<output_dir>/wandb (wandb sync uploads it later)")
+    source, problem = wandb_api_key_source()
+    if problem:
+        return Finding(STOP, "wandb", f"{where}: wandb's API key is not valid ({problem}). Fix it with wandb login "
+                                      "--relogin, or pass --wandb_mode offline or --report_to none")
+    if source is None:
+        return Finding(STOP, "wandb", f"{where}: wandb (project `{project}`) is not logged in on this machine (no "
+                                      "WANDB_API_KEY, no netrc entry for its host): the run would fail at its first "
+                                      "step, after everything has loaded. Run wandb login, or pass --wandb_mode "
+                                      "offline (sync later) or --report_to none")
+    return Finding(OK, "wandb", f"wandb logged in ({source}); the run logs to project `{project}`")
+
+
+def wandb_api_key_source() -> tuple[str | None, str | None]:
+    """(where wandb would find its API key, or None; the key's problem, or None), read as wandb.init reads them
+    (wandb/sdk/lib/wbauth/authenticate.py `_use_system_auth`): WANDB_API_KEY or WANDB_IDENTITY_TOKEN_FILE, the netrc
+    entry for the server's host, the settings' key. No network, no prompt, and wandb's own process-wide settings
+    are left unloaded (wandb.init reads them later, after the run has set WANDB_MODE and WANDB_DIR)."""
+    from wandb.sdk.lib import wbauth
+    from wandb.sdk.wandb_settings import Settings
+
+    key = os.environ.get("WANDB_API_KEY")
+    if key:
+        problem = wbauth.check_api_key(key)
+        return "WANDB_API_KEY", (f"WANDB_API_KEY: {problem}" if problem else None)
+    if os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return "WANDB_IDENTITY_TOKEN_FILE", None
+    settings = Settings()
+    config_dir = os.environ.get("WANDB_CONFIG_DIR")
+    settings.settings_system = str(Path(config_dir or "~/.config/wandb").expanduser() / "settings")
+    try:
+        settings.update_from_system_settings()
+        settings.update_from_env_vars({k: v for k, v in os.environ.items() if k != "WANDB_MODE"})
+        netrc_key = wbauth.read_netrc_auth(host=settings.base_url)
+    except Exception as e:  # a malformed settings file or key: what wandb.init would trip on too
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    if netrc_key:
+        return f"netrc entry for {settings.base_url}", None
+    if settings.api_key:
+        return "wandb settings", None
+    return None, None
+
+
+# --------------------------------------------------------------------------------------
+# Optional packages
+
+
+# package -> (our extra that installs it, TRL's extra whose range applies): pyproject.toml, TRL 1.16's metadata.
+EXTRAS = {
+    "deepspeed": ("deepspeed", "deepspeed"),
+    "bitsandbytes": ("qlora", "quantization"),
+    "vllm": ("vllm", "vllm"),
+    "flash-attn": ("flash", None),
+}
+
+
+def deepspeed_launch() -> bool:
+    """Launched by accelerate with a DeepSpeed config (accelerate sets this for every process)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+
+
+def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]]:
+    """(package, the setting that needs it) for this recipe under this launch."""
+    needs = []
+    if deepspeed_launch() if deepspeed is None else deepspeed:
+        needs.append(("deepspeed", "the accelerate config (DeepSpeed)"))
+    for key in ("load_in_4bit", "load_in_8bit"):
+        if recipe.value(key):
+            needs.append(("bitsandbytes", recipe.where(key)))
+            break
+    backend = recipe.value("rollout_backend")
+    if isinstance(backend, str) and backend.startswith("vllm"):
+        needs.append(("vllm", recipe.where("rollout_backend")))
+    attention = recipe.value("attn_implementation")
+    if isinstance(attention, str) and attention.startswith("flash_attention"):
+        needs.append(("flash-attn", recipe.where("attn_implementation")))
+    return needs
+
+
+def extras_findings(recipe, deepspeed: bool | None = None) -> list[Finding]:
+    """Each optional package the run needs: missing is a stop; a version outside TRL's range a warning."""
+    findings = []
+    for package, where in needed_extras(recipe, deepspeed):
+        extra, trl_extra = EXTRAS[package]
+        install = f'pip install "rlhf-recipes[{extra}]"'
+        version = installed_version(package)
+        if version is None:
+            findings.append(Finding(STOP, package, f"{where}: needs the package `{package}`, which is not installed. "
+                                                   f"Install it with {install}"))
+            continue
+        wanted = trl_range(trl_extra) if trl_extra else None
+        if wanted is not None and not wanted.contains(version, prereleases=True):
+            findings.append(Finding(WARN, package, f"{package} {version} is outside TRL 1.16's range {wanted} (its "
+                                                   f"`{trl_extra}` extra); install the supported one with {install}"))
+        else:
+            findings.append(Finding(OK, package, f"{package} {version}" + (f" (TRL 1.16 wants {wanted})" if wanted
+                                                                          else "") + f", for {where}"))
+    return findings
+
+
+def installed_version(package: str) -> str | None:
+    """The installed distribution's version, or None; a package that is installed but cannot be found by import
+    (a broken install) counts as missing."""
+    module = package.replace("-", "_")
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def trl_range(extra: str):
+    """The version range TRL's own metadata gives a package in one of its extras (e.g. deepspeed>=0.18.6)."""
+    from packaging.requirements import Requirement
+
+    for line in importlib.metadata.requires("trl") or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}) and \
+                requirement.name in {p for p, (_, e) in EXTRAS.items() if e == extra}:
+            return requirement.specifier
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# The accelerator
+
+
+ALLOW_CPU_HINT = "pass --use_cpu true to train on the CPU on purpose"
+
+
+def is_real_run(recipe) -> bool:
+    """A recipe run at its own size: no profile, and not one of the embedded CPU-size models (tiny, nano)."""
+    from rlhf_recipes.models import EMBEDDED
+
+    return recipe.args.profile is None and recipe.value("model_name_or_path") not in EMBEDDED
+
+
+def cpu_requested(recipe) -> bool:
+    """The user chose the CPU: the recipe's `use_cpu`, or an accelerate config with `use_cpu: true`."""
+    return bool(recipe.value("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+
+
+def accelerator_finding(recipe) -> Finding | None:
+    """A real run where torch sees no GPU would train on the CPU: refused, unless asked for."""
+    if not is_real_run(recipe) or cpu_requested(recipe):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return Finding(OK, "gpus", f"torch sees {torch.cuda.device_count()} GPU(s)")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return Finding(OK, "gpus", "torch sees an Apple GPU (MPS)")
+    return Finding(STOP, "gpus", f"{recipe.source}: a real run of `{recipe.value('model_name_or_path')}` but torch "
+                                 f"{torch.__version__} sees no GPU, so it would train on the CPU. {no_gpu_fix()}; or "
+                                 f"{ALLOW_CPU_HINT} (--profile tiny for a smoke run)")
+
+
+def no_gpu_fix() -> str:
+    """Why torch sees no GPU, as far as torch itself tells: a CPU-only build, or a driver too old for its CUDA."""
+    import torch
+
+    if torch.version.cuda is None:
+        return ("This torch is a CPU-only build: install a CUDA build from PyTorch's index for the CUDA your "
+                "driver supports (nvidia-smi), e.g. pip install torch --index-url https://download.pytorch.org/whl/cu128")
+    return (f"This torch is built for CUDA {torch.version.cuda}: nvidia-smi must list the GPUs and a CUDA version of "
+            f"at least {torch.version.cuda} (an older driver needs torch from PyTorch's index for its CUDA, e.g. "
+            "https://download.pytorch.org/whl/cu126), and CUDA_VISIBLE_DEVICES must not hide them")
+
+
+# --------------------------------------------------------------------------------------
+# Disk
+
+
+def checkpoint_count(recipe) -> int | None:
+    """How many checkpoints the run keeps at most: save_total_limit, else every save it will make (None: unknown,
+    an epoch-based run whose steps depend on the data)."""
+    strategy = str(getattr(recipe.value("save_strategy"), "value", recipe.value("save_strategy")) or "steps")
+    if strategy == "no":
+        return 0
+    saves = None
+    steps, every = recipe.value("max_steps"), recipe.value("save_steps")
+    if strategy == "steps" and isinstance(steps, int) and steps > 0 and every:
+        every = every if every >= 1 else max(1, int(every * steps))  # a float < 1 is a fraction of the steps
+        saves = int(steps // every)
+    limit = recipe.value("save_total_limit")
+    if limit:
+        return min(limit, saves) if saves is not None else limit
+    return saves
+
+
+def checkpoint_bytes(recipe, params: int, trainable: int | None = None, deepspeed: bool | None = None) -> int:
+    """One checkpoint of the run: the weights in their dtype, and the optimizer's state for what trains (AdamW: two
+    states in the weights' dtype; DeepSpeed: an fp32 master copy and two fp32 states); PPO's separate value model
+    doubles it."""
+    p = 4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2
+    trainable = params if trainable is None else trainable
+    deepspeed = deepspeed_launch() if deepspeed is None else deepspeed
+    optimizer = trainable * (12 if deepspeed else 2 * p)
+    weights = params * p if not recipe.value("use_peft") else trainable * 4
+    size = weights + optimizer
+    if recipe.value("share_value_backbone") is False:  # PPO's own value model is saved with the policy
+        size *= 2
+    return int(size)
+
+
+def final_model_bytes(recipe, params: int) -> int:
+    return params * (4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2)
+
+
+def disk_finding(recipe, params: int | None = None, trainable: int | None = None,
+                 deepspeed: bool | None = None) -> Finding | None:
+    """The checkpoints the run keeps and its final model, against the free space at output_dir. `params`: the
+    model's parameter count (the preflight tool has the planner's; `train` reads a local or cached model's
+    safetensors headers). Stop when not even the first checkpoint fits; warn when the whole run does not."""
+    if params is None:
+        params = cached_parameter_count(recipe.value("model_name_or_path"))
+    if params is None:
+        return None
+    where = _existing_parent(Path(str(recipe.value("output_dir"))))
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return None
+    kept = checkpoint_count(recipe)
+    each = checkpoint_bytes(recipe, params, trainable, deepspeed)
+    final = final_model_bytes(recipe, params)
+    folder = recipe.value("output_dir")
+    if kept == 0:
+        need, what = final, "its final model"
+    elif kept is None:
+        need, what = each + final, (f"every checkpoint (~{each / GB:.1f} GB each; no save_total_limit: their "
+                                    "number grows with the data) and the final model")
+    else:
+        need, what = kept * each + final, f"{kept} checkpoint(s) of ~{each / GB:.1f} GB and the final model"
+    fix = "free space there, set --output_dir on a larger disk, or keep fewer checkpoints (--save_total_limit 1)"
+    if kept and free < each:
+        return Finding(STOP, "disk", f"{folder}: {free / GB:.1f} GB free, but one checkpoint takes ~{each / GB:.1f} "
+                                     f"GB: the first save would fail. {fix[0].upper()}{fix[1:]}")
+    if free < need:
+        return Finding(WARN, "disk", f"{folder}: {free / GB:.1f} GB free; the run writes {what}: ~{need / GB:.1f} GB. "
+                                     f"{fix[0].upper()}{fix[1:]}")
+    return Finding(OK, "disk", f"{folder}: {free / GB:.0f} GB free; the run writes {what}: ~{need / GB:.1f} GB")
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def cached_parameter_count(model: Any) -> int | None:
+    """The parameter count of a local model folder or a hub model in the local cache, from its safetensors headers
+    (shapes only: nothing is loaded and nothing is downloaded); None when the weights are not on this machine."""
+    if not isinstance(model, str):
+        return None
+    from rlhf_recipes.models import EMBEDDED
+
+    if model in EMBEDDED:
+        return None
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(model, "config.json")
+        except Exception:  # not a valid hub id
+            return None
+        if not isinstance(found, str):
+            return None
+        folder = Path(found).parent
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    try:
+        from safetensors import safe_open
+
+        total = 0
+        for file in files:
+            with safe_open(str(file), framework="numpy") as f:
+                for name in f.keys():
+                    shape = f.get_slice(name).get_shape()
+                    n = 1
+                    for d in shape:
+                        n *= d
+                    total += n
+        return total
+    except Exception:  # a weights file safetensors cannot read: the run will say so when it loads it
+        return None
