@@ -2,6 +2,7 @@
 
     rlhf-recipes train recipes/dpo.yaml --profile tiny      # the same as recipes/run.py
     rlhf-recipes compare outputs/grpo --reference grpo      # a run against the book's published run
+    rlhf-recipes preflight recipes/grpo.yaml --config_file accelerate_configs/4gpu.yaml   # will it start and finish?
     rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
     rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
     rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
@@ -38,6 +39,8 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "train": Command("rlhf_recipes.train:cli", "train one recipe (what recipes/run.py runs)"),
     "compare": Command("rlhf_recipes.tools.compare.cli:main", "compare runs with the book's published runs or each other"),
+    "preflight": Command("rlhf_recipes.tools.preflight:main",
+                         "before a launch: what would stop or spoil the run (GPUs, packages, wandb, hub, disk, memory)"),
     "plan": Command("rlhf_recipes.tools.planner.cli:main", "plan a recipe's GPU memory before launching it"),
     "bench": Command("rlhf_recipes.tools.bench.families:main", "benchmark a training step per family"),
     "bench-phases": Command("rlhf_recipes.tools.bench.grpo_phases:main",

@@ -1,0 +1,262 @@
+"""What would stop or spoil a real run, found before anything loads: wandb's login, a real recipe on a machine
+without a GPU, the checkpoints a real run keeps, the free disk, a missing package; `train` refuses them in one line,
+and `rlhf-recipes preflight` prints one line per finding with its fix (exit 1 when one would stop the run).
+Every condition is faked (the environment, torch.cuda, shutil.disk_usage, find_spec); nothing loads weights."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import RECIPES, ROOT
+from rlhf_recipes import preflight
+from rlhf_recipes.config import load_recipe
+from rlhf_recipes.errors import RecipeError
+
+FIXTURES = ROOT / "rlhf_recipes" / "data" / "fixtures"
+FAKE_KEY = "0123456789abcdef0123456789abcdef01234567"  # wandb checks a key's form (40+ word characters) only
+
+
+@pytest.fixture
+def no_wandb_login(tmp_path, monkeypatch):
+    """A machine where nobody ran `wandb login`: no key in the environment, an empty home (no netrc, no settings),
+    WANDB_MODE unset (conftest sets it to offline for every other test)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_CONFIG_DIR", "NETRC",
+                 "WANDB_BASE_URL", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def _recipe(*argv: str):
+    return load_recipe([*argv], construct=False)
+
+
+# --------------------------------------------------------------------------------------
+# wandb
+
+
+def test_a_run_reporting_to_wandb_without_a_login_stops_in_one_line_before_loading(no_wandb_login, tmp_path, capsys):
+    from rlhf_recipes.train import main
+
+    out = tmp_path / "run"
+    code = main([str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--report_to", "wandb", "--output_dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in "\n".join(err), err
+    assert "`report_to`" in errors[0] and "not logged in" in errors[0] and "project `rlhf-recipes`" in errors[0]
+    assert "wandb login" in errors[0] and "--wandb_mode offline" in errors[0] and "--report_to none" in errors[0]
+    assert not out.exists()  # stopped before the data and the model loaded: no trace of the run
+
+
+def test_a_key_a_netrc_entry_or_an_offline_mode_lets_it_start(no_wandb_login, monkeypatch):
+    recipe = _recipe(str(RECIPES / "grpo.yaml"))
+    assert preflight.wandb_finding(recipe).level == "stop"
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert preflight.wandb_finding(recipe).level == "ok"
+    monkeypatch.setenv("WANDB_API_KEY", "too-short")  # wandb.init would refuse it at the first step
+    finding = preflight.wandb_finding(recipe)
+    assert finding.level == "stop" and "not valid" in finding.text
+    monkeypatch.delenv("WANDB_API_KEY")
+    # `wandb login` writes a netrc entry for its server (api.wandb.ai); wandb.init reads it from there.
+    (no_wandb_login / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
+    finding = preflight.wandb_finding(recipe)
+    assert finding.level == "ok" and "netrc" in finding.text, finding
+    (no_wandb_login / ".netrc").unlink()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert preflight.wandb_finding(recipe).level == "ok"
+    monkeypatch.delenv("WANDB_MODE")
+    assert preflight.wandb_finding(_recipe(str(RECIPES / "grpo.yaml"), "--wandb_mode", "disabled")).level == "ok"
+    monkeypatch.setenv("WANDB_MODE", "offlne")  # wandb itself would raise a validation traceback
+    finding = preflight.wandb_finding(recipe)
+    assert finding.level == "stop" and "`offlne` is not a wandb mode" in finding.text
+
+
+def test_runs_land_in_the_rlhf_recipes_project_unless_told_otherwise(no_wandb_login, monkeypatch):
+    path = str(RECIPES / "grpo.yaml")
+    assert _recipe(path).resolved["wandb_project"] == "rlhf-recipes"  # not wandb's default "huggingface"
+    assert _recipe(path, "--wandb_project", "mine").resolved["wandb_project"] == "mine"
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    assert _recipe(path).resolved["wandb_project"] == "from-env"
+    assert "wandb_project" not in _recipe(path, "--report_to", "none").resolved
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints kept by a real run
+
+
+def test_every_real_recipe_keeps_two_checkpoints_unless_it_says_otherwise():
+    recipes = [p for p in sorted(RECIPES.glob("*.yaml"))]
+    for path in recipes:
+        resolved = _recipe(str(path)).resolved
+        assert resolved.get("save_total_limit") == 2, path.name
+    assert _recipe(str(RECIPES / "grpo.yaml"), "--save_total_limit", "5").resolved["save_total_limit"] == 5
+    assert "save_total_limit" not in _recipe(str(RECIPES / "grpo.yaml"), "--profile", "tiny").resolved
+
+
+def test_a_real_run_with_more_saves_than_the_limit_keeps_the_newest_and_resumes_from_them(tmp_path):
+    """A real recipe (no profile) on the embedded tiny model: 4 saves, the newest 2 kept, --resume's pick among them."""
+    from rlhf_recipes.checkpoints import find_resumable_checkpoint
+    from rlhf_recipes.train import main
+
+    out = tmp_path / "run"
+    code = main([str(RECIPES / "sft.yaml"), "--model_name_or_path", "tiny", "--chat_template_from", "null",
+                 "--data_files", str(FIXTURES / "no_robots" / "train.jsonl"), "--num_samples", "12",
+                 "--dtype", "float32", "--bf16", "false", "--activation_checkpointing", "false", "--max_steps", "4",
+                 "--save_steps", "1", "--max_length", "128", "--per_device_train_batch_size", "2",
+                 "--effective_batch_size", "2", "--report_to", "none", "--output_dir", str(out)])
+    assert code == 0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+    assert find_resumable_checkpoint(out, checksums=True).checkpoint.name == "checkpoint-4"
+
+
+# --------------------------------------------------------------------------------------
+# A real recipe on a machine without a GPU
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    if getattr(torch.backends, "mps", None) is not None:
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def test_a_real_recipe_without_a_gpu_is_refused_unless_the_cpu_is_asked_for(no_gpu, tmp_path):
+    from rlhf_recipes.tiny import tiny_model_path
+    from rlhf_recipes.validation import check_inputs
+
+    real = [str(RECIPES / "dpo.yaml"), "--model_name_or_path", tiny_model_path(), "--data_files",
+            str(FIXTURES / "ultrafeedback" / "train.jsonl"), "--report_to", "none", "--output_dir", str(tmp_path / "r")]
+    with pytest.raises(RecipeError) as refused:
+        check_inputs(_recipe(*real))
+    message = str(refused.value)
+    assert "sees no GPU, so it would train on the CPU" in message and "--use_cpu true" in message
+    assert "\n" not in message
+    check_inputs(_recipe(*real, "--use_cpu", "true"))  # on purpose: allowed
+    check_inputs(_recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(tmp_path / "t")))
+
+
+# --------------------------------------------------------------------------------------
+# Disk
+
+
+def test_disk_stops_when_one_checkpoint_does_not_fit_and_warns_when_the_run_does_not(monkeypatch, tmp_path):
+    recipe = _recipe(str(RECIPES / "grpo.yaml"), "--output_dir", str(tmp_path / "run"))
+    each = preflight.checkpoint_bytes(recipe, 1_700_000_000)  # Qwen3-1.7B in bf16 + AdamW's two bf16 states
+    assert each == 1_700_000_000 * 2 * 3
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 5 * 10**9))
+    finding = preflight.disk_finding(recipe, params=1_700_000_000)
+    assert finding.level == "stop" and "the first save would fail" in finding.text
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 15 * 10**9))
+    finding = preflight.disk_finding(recipe, params=1_700_000_000)
+    assert finding.level == "warn" and "2 checkpoint(s)" in finding.text and "--save_total_limit 1" in finding.text
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 500 * 10**9))
+    assert preflight.disk_finding(recipe, params=1_700_000_000).level == "ok"
+
+
+def test_a_run_checks_the_disk_from_the_weights_already_on_this_machine(monkeypatch, tmp_path):
+    """`train`'s own disk check (no network, no planner): the parameter count from the safetensors headers."""
+    from rlhf_recipes.tiny import tiny_model_path
+    from rlhf_recipes.validation import check_inputs
+
+    recipe = _recipe(str(RECIPES / "dpo.yaml"), "--model_name_or_path", tiny_model_path(), "--data_files",
+                     str(FIXTURES / "ultrafeedback" / "train.jsonl"), "--report_to", "none", "--use_cpu", "true",
+                     "--output_dir", str(tmp_path / "run"))
+    assert preflight.cached_parameter_count(tiny_model_path()) == 123_584  # the tiny model's parameters
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10_000))
+    with pytest.raises(RecipeError, match="the first save would fail"):
+        check_inputs(recipe)
+
+
+# --------------------------------------------------------------------------------------
+# Packages
+
+
+def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
+    recipe = _recipe(str(RECIPES / "dpo.yaml"))
+    real_find_spec, real_version = importlib.util.find_spec, importlib.metadata.version
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed"
+                        else real_find_spec(name, *a))
+    (finding,) = preflight.extras_findings(recipe, deepspeed=True)
+    assert finding.level == "stop" and 'pip install "rlhf-recipes[deepspeed]"' in finding.text
+    monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.17.0" if name == "deepspeed"
+                        else real_version(name))
+    (finding,) = preflight.extras_findings(recipe, deepspeed=True)
+    assert finding.level == "warn" and "outside TRL 1.16's range >=0.18.6" in finding.text
+    assert preflight.extras_findings(recipe, deepspeed=False) == []
+
+
+# --------------------------------------------------------------------------------------
+# rlhf-recipes preflight
+
+
+def _preflight(capsys, *argv: str) -> tuple[int, list[str]]:
+    from rlhf_recipes.tools.preflight import main
+
+    code = main([*argv])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out.strip().splitlines()
+
+
+def test_preflight_passes_a_runnable_offline_recipe(capsys, tmp_path):
+    code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--report_to", "none",
+                             "--output_dir", str(tmp_path / "run"))
+    assert code == 0, lines
+    assert all(line.startswith("ok ") for line in lines[:-1]) and "nothing would stop the run" in lines[-1], lines
+
+
+def test_preflight_names_the_missing_gpus_the_offline_hub_and_wandb(capsys, tmp_path, monkeypatch, no_gpu,
+                                                                   no_wandb_login):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # nothing cached
+    code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--config_file",
+                             str(ROOT / "accelerate_configs" / "4gpu.yaml"), "--output_dir", str(tmp_path / "run"))
+    assert code == 1
+    stops = {line.split()[1]: line for line in lines if line.startswith("stop ")}
+    assert set(stops) == {"gpus", "wandb", "model", "data"}, lines
+    assert "wants 4 GPU(s)" in stops["gpus"] and "sees 0" in stops["gpus"]
+    assert "not in the local model cache" in stops["model"] and "HF_HUB_OFFLINE" in stops["model"]
+    assert "not in the local cache" in stops["data"]
+    assert "wandb login" in stops["wandb"]
+    assert "4 would stop the run" in lines[-1]
+    assert len(lines) == len({line.split()[1] for line in lines[:-1]}) + 1  # one line per check, then the summary
+
+
+def test_preflight_names_a_full_disk_and_a_missing_extra(capsys, tmp_path, monkeypatch, no_gpu):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**9))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed"
+                        else real_find_spec(name, *a))
+    code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--config_file",
+                             str(ROOT / "accelerate_configs" / "zero3.yaml"), "--output_dir", str(tmp_path / "run"),
+                             "--report_to", "none")
+    assert code == 1
+    stops = {line.split()[1]: line for line in lines if line.startswith("stop ")}
+    assert "the first save would fail" in stops["disk"], lines
+    assert 'rlhf-recipes[deepspeed]' in stops["deepspeed"], lines
+
+
+def test_preflight_checks_the_split_a_swapped_hub_dataset_has(monkeypatch):
+    """The likeliest dataset swap, HuggingFaceH4/ultrafeedback_binarized, has no split `train` (train_prefs...)."""
+    import datasets
+
+    from rlhf_recipes.tools.preflight import hub_dataset_finding
+
+    monkeypatch.setattr(datasets, "get_dataset_split_names", lambda hub_id, config=None: ["train_prefs", "test_prefs"])
+    with pytest.raises(RecipeError, match="has no split `train`; it has train_prefs, test_prefs. Pass --dataset_split"):
+        hub_dataset_finding("HuggingFaceH4/ultrafeedback_binarized", None, "train", ("chosen", "rejected"),
+                            "command line: `dataset_name`")
