@@ -116,15 +116,32 @@ def da_metrics(accumulation_steps: int, beta: float, margins_times_beta: bool = 
     )
 
 
-def rm_metrics() -> tuple[MetricMap, ...]:
-    """Reward models."""
+# The book's reward-model scripts logged unprefixed names (`loss`, `accuracy`, `step_accuracy`, `reward_margin`;
+# with step=global_step and no validation) until they moved to train/* and val/*: the preference RM on 2026-07-13
+# (its 7117073), the ORM and PRM on 2026-08-15 (3478ff4). The published runs 1g3y9bcc, 3gkoqb7f and iv4d966d come
+# from the April 2026 code (e893096), so they carry the OLD names: rm_metrics() maps both, current first.
+BOOK_RM_OLD_NAMES = ("loss", "accuracy", "step_accuracy", "reward_margin")
+BOOK_RM_PREFIXED_SINCE = {"preference": "2026-07-13", "outcome": "2026-08-15", "process": "2026-08-15"}
+
+
+def rm_metrics(kind: str) -> tuple[MetricMap, ...]:
+    """Reward models; kind: preference | outcome | process."""
     # The book logs train/* and val/* (book.md: train/accuracy, reward_margin -> margin,
     # val/* -> eval/*); TRL's Trainer writes eval rows as eval_<name> in metrics.jsonl.
     # Unlisted train/* and val/* keys are mapped by rule in tools/compare/align.py (ORM/PRM extras).
+    if kind == "outcome":
+        # The old ORM's `accuracy` was per labeled token (its train/accuracy since 2026-08-15: per rollout).
+        accuracy = (MetricMap("accuracy", ("train/accuracy",)),
+                    MetricMap("token_accuracy", ("accuracy",), note="the book's per-token accuracy (before "
+                              f"{BOOK_RM_PREFIXED_SINCE['outcome']})"))
+    else:
+        accuracy = (MetricMap("accuracy", ("train/accuracy", "accuracy")),)
+    steps = (MetricMap("step_accuracy", ("train/step_accuracy", "step_accuracy")),) if kind == "process" else ()
     return (
-        MetricMap("accuracy", ("train/accuracy",)),
+        *accuracy,
+        *steps,
         MetricMap("margin", ("train/reward_margin", "reward_margin")),
-        MetricMap("loss", ("train/loss",)),
+        MetricMap("loss", ("train/loss", "loss")),
         MetricMap("eval_accuracy", ("val/accuracy",)),
         MetricMap("eval_loss", ("val/loss",)),
         MetricMap("eval_margin", ("val/reward_margin",)),

@@ -53,6 +53,9 @@ class Algorithm:
     book_shape: BookShape = BookShape()
     book_metrics: tuple[MetricMap, ...] = ()  # the book's metric names -> ours, with scales
     book_results: dict[str, float] = field(default_factory=dict)  # published final numbers (final_results.json keys)
+    # How the book's run differs from this recipe, when it was made by older code with other settings; compare
+    # prints it ("older setup: ...").
+    book_run_setup: str = ""
 
 
 def import_object(path: str) -> Any:
@@ -148,10 +151,24 @@ def _policy_gradient(run: str, prompts: int = 4, rollouts: int = 8, classes: dic
                 book_metrics=pg_metrics())
 
 
-def _reward_model(classes: dict[str, str], run: str, key_metrics: tuple[str, ...]) -> dict[str, Any]:
-    """Chapter 5: the book's run `run` (rlhf-book/core)."""
+# The three published RM runs were made by the book's April 2026 code (e893096); the recipes follow its later code
+# (preference RM: July 2026; ORM and PRM: August 2026, a66b0bf). What differs, per run:
+_OLDER_BOOK_RM_RUNS = {
+    "1g3y9bcc": "1 epoch at 2x16, seed 42, no validation split (preference_rm.yaml: 2 epochs at 2x8, seed 123, 90/10)",
+    "3gkoqb7f": "a different experiment: Qwen3-1.7B-Base on GSM8K gold answers plus synthetic wrong answers, lr 1e-4, "
+                "3 epochs at 2x16, per-token accuracy (orm.yaml: Qwen3-0.6B on the GSM8K rollouts, lr 1e-5, 1 epoch "
+                "at 1x32)",
+    "iv4d966d": "up to 20 steps and 5500 tokens per trace, no validation split (prm.yaml: 12-step chunks, 2048 tokens, "
+                "90/10)",
+}
+
+
+def _reward_model(classes: dict[str, str], run: str, key_metrics: tuple[str, ...], kind: str) -> dict[str, Any]:
+    """Chapter 5: the book's run `run` (rlhf-book/core); kind: preference | outcome | process."""
+    setup = (f"older setup: the book's run {run} was logged by its April 2026 code (unprefixed metric names): "
+             f"{_OLDER_BOOK_RM_RUNS[run]}") if run in _OLDER_BOOK_RM_RUNS else ""
     return dict(family="reward_model", chapter="5", **classes, key_metrics=key_metrics, book_runs=(run,),
-                book_metrics=rm_metrics())
+                book_metrics=rm_metrics(kind), book_run_setup=setup)
 
 
 def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
@@ -352,7 +369,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
             "preference_rm", **_reward_model(_PREFERENCE_RM, "1g3y9bcc",
-                                             ("accuracy", "margin", "eval_accuracy", "eval_margin")),
+                                             ("accuracy", "margin", "eval_accuracy", "eval_margin"), "preference"),
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             aliases=("reward", "reward_model", "rm", "bradley_terry", "bt_rm"),
             # On nano: the direct-alignment family's pairs (a correct and an incorrect sample of the nano base,
@@ -362,7 +379,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "orm", **_reward_model(_OUTCOME_RM, "3gkoqb7f",
-                                   ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy")),
+                                   ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"), "outcome"),
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
             # The nano base's rollouts, one row per prompt. A rollout's score is its completion tokens' mean
             # (score_reduction `mean`, the book's text): measured on nano, the last token (the book's code) picked
@@ -370,7 +387,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             nano={"dataset": "reasoning_gym_rollouts", "score_reduction": "mean"},
         ),
         Algorithm(
-            "prm", **_reward_model(_PROCESS_RM, "iv4d966d", ("step_accuracy", "eval_step_accuracy")),
+            "prm", **_reward_model(_PROCESS_RM, "iv4d966d", ("step_accuracy", "eval_step_accuracy"), "process"),
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
             # The book's torch LinearLR warmup from 0.1 lr, then a constant LR.
             defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_constant"},

@@ -31,7 +31,12 @@ from functools import reduce
 import numpy as np
 import pandas as pd
 
-from rlhf_recipes.book_logs import BOOK_PG_OLD_NAMES_UNTIL, BOOK_PG_REWARD_NAMES, book_pg_name_generation
+from rlhf_recipes.book_logs import (
+    BOOK_PG_OLD_NAMES_UNTIL,
+    BOOK_PG_REWARD_NAMES,
+    BOOK_RM_OLD_NAMES,
+    book_pg_name_generation,
+)
 from rlhf_recipes.tools.compare.load import API_STEP_COLUMN, ReferenceHistory
 from rlhf_recipes.tools.compare.references import (
     MetricMap,
@@ -152,6 +157,15 @@ def _name_generation_note(frame: pd.DataFrame) -> list[str]:
     return [f"reference reward names: {said} ({', '.join(used)})"]
 
 
+def _unprefixed_names_note(aligned: dict[str, "AlignedMetric"], spec: ReferenceSpec) -> list[str]:
+    """Say so when a reward-model reference logged the book's old unprefixed names (book_logs.BOOK_RM_OLD_NAMES)."""
+    if not spec.facts.book_logs_prefixed:
+        return []
+    old = [am.book for am in aligned.values() if am.book in BOOK_RM_OLD_NAMES]
+    return [f"reference metric names: the book's unprefixed ones, from before its train/ and val/ names "
+            f"({', '.join(old)})"] if old else []
+
+
 def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedReference:
     notes: list[str] = []
     frame = history.frame
@@ -178,7 +192,7 @@ def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedRe
             values=series.to_numpy(dtype=float),
             spec=mm,
         )
-    return AlignedReference(metrics=metrics, x_mapping=how, notes=notes)
+    return AlignedReference(metrics=metrics, x_mapping=how, notes=notes + _unprefixed_names_note(metrics, spec))
 
 
 def resolve_run_metric(columns: list[str], mm: MetricMap) -> tuple[str | None, str | None]:

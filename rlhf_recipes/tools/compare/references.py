@@ -38,6 +38,7 @@ class ReferenceSpec:
     accumulation_steps: int | None = None  # direct alignment only (book's grad_norm rescale)
     beta: float | None = None  # direct alignment only (SimPO margin rescale)
     metrics: tuple[MetricMap, ...] = field(default=())
+    run_setup: str = ""  # "older setup: ..." when the book's run was made by older code with other settings
 
     @property
     def facts(self) -> Any:
@@ -78,6 +79,7 @@ def _spec(entry) -> ReferenceSpec:
         accumulation_steps=shape.accumulation_steps,
         beta=shape.beta,
         metrics=entry.book_metrics,
+        run_setup=entry.book_run_setup,
     )
 
 

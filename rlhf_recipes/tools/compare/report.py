@@ -186,6 +186,7 @@ def compare_with_reference(
         history = _cached_or_fetched(spec, str(run_dirs[0]), offline, cache_dir)
     aligned = align_reference(history, spec)
     notes[:0] = [
+        *([spec.run_setup] if spec.run_setup else []),  # first: the numbers below compare unlike setups
         f"reference: {history.source}",
         f"x-axis: {aligned.x_mapping}",
         f"yours/reference: means over the last {fraction:.0%} of the steps both runs cover; "
@@ -210,7 +211,7 @@ def compare_with_reference(
     out = Path(out_dir) if out_dir else runs[0].path / "compare"
     title = f"{', '.join(r.label for r in runs)} vs the book's {spec.algorithm}"
     if spec.run_id:
-        title += f" ({spec.wandb_path})"
+        title += f" ({spec.wandb_path}{', an older setup' if spec.run_setup else ''})"
     book_names = {name: am.book for name, am in aligned.metrics.items()}
     headers, rows = reference_table(comparisons, book_names, several_runs=len(runs) > 1)
     report = CompareReport(
@@ -230,6 +231,7 @@ def compare_with_reference(
             "wandb_path": spec.wandb_path,
             "source": history.source,
             "x_mapping": aligned.x_mapping,
+            "setup": spec.run_setup or None,
         },
         "comparisons": [asdict(c) for c in comparisons],
         "heldout": heldout_summary(runs),
