@@ -230,3 +230,34 @@ class RunLock:
             if self._lock.is_locked:
                 self._lock.release()
             self._lock = None
+
+
+def live_holder(folder: str | Path) -> Holder | None:
+    """Who holds the run folder's lock right now, without taking it; None when nobody does.
+
+    A probe for tools that start runs into existing folders (sweeps): a run still alive there is running, not
+    failed. flock answers for any host that shares the lock; in soft mode the holder file's pid (same host) does.
+    A lock held by a process that has not yet said who it is comes back as a Holder with pid 0."""
+    folder = Path(folder)
+    path = folder / LOCK_FILE
+    if not path.exists():
+        return None
+    holder = Holder.read(folder)
+    if soft_mode():
+        held = holder is not None and holder.alive() is not False
+    else:
+        from filelock import FileLock, Timeout
+
+        probe = FileLock(str(path))
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            held = True
+        except (NotImplementedError, OSError):  # no flock here: the holder file's pid is all there is
+            held = holder is not None and holder.alive() is not False
+        else:
+            probe.release()
+            held = False
+    if not held:
+        return None
+    return holder or Holder(0, "?", "?", "a process that is starting")

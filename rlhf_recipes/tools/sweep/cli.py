@@ -105,13 +105,17 @@ def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
     from rlhf_recipes.tools.sweep import report
-    from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
+    from rlhf_recipes.tools.sweep.executor import (
+        EXIT_STILL_RUNNING, STILL_RUNNING, Executor, check_settings, default_workers,
+    )
 
     try:
         spec, sweep_dir = read_spec(args, overrides)
         if args.report:
             recorded = state.load(sweep_dir) or spec
             recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
+            if args.metric:
+                report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
             return print_report(report.write(recorded, sweep_dir))
         sweep_spec.check(spec)
         if args.workers is not None and args.workers < 1:
@@ -139,10 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         print(f"failed: {o.job.name}: {o.error}; log: {o.job.log}", file=sys.stderr)
+    elsewhere = [o for o in outcomes if o.status == STILL_RUNNING]
+    for o in elsewhere:
+        print(f"still running: {o.job.name}: {o.error}", file=sys.stderr)
     print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
     if executor.stopped:
         return 130
-    return 1 if failed else 0
+    return 1 if failed else EXIT_STILL_RUNNING if elsewhere else 0
 
 
 def print_report(result: dict) -> int:

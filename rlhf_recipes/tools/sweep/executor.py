@@ -17,6 +17,7 @@ Each job's output (training, then evaluation) goes to `<folder>.log` beside its 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
@@ -33,9 +34,12 @@ from rlhf_recipes.checkpoints import find_resumable_checkpoint
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.paths import RECIPES_DIR
 from rlhf_recipes.report import FINAL_RESULTS, run_finished
+from rlhf_recipes.run_lock import live_holder
 from rlhf_recipes.run_setup import meaning_changes, read_run_config
 
 EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
+EXIT_STILL_RUNNING = 75  # EX_TEMPFAIL: some runs are still running in another process; try again when they end
+STILL_RUNNING = "still running"
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class Job:
 @dataclass
 class Outcome:
     job: Job
-    status: str  # finished | failed | interrupted
+    status: str  # finished | failed | interrupted | still running (another live process holds the run's folder)
     did: str  # nothing | evaluated | trained | resumed | restarted
     wall_s: float = 0.0
     error: str | None = None
@@ -103,6 +107,35 @@ def evaluate_command(job: Job) -> list[str]:
             "--output", str(job.eval_output), *(job.evaluate or ())]
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_this_process() -> Callable[[], None] | None:
+    """A preexec_fn after which the kernel sends the child SIGTERM when this process dies, however it dies
+    (SIGKILL, the OOM killer): a killed sweep leaves no run training on (and holding GPU memory) as an orphan.
+
+    Linux's prctl(PR_SET_PDEATHSIG), chosen over a process group with a watchdog: the kernel itself acts at the
+    moment of death, with no extra process that could die too or be killed with the sweep, and no polling. Its
+    limits, and why they hold here: the signal reaches the direct child only (the runner, or a launcher such as
+    accelerate/torchrun, which pass SIGTERM on to their ranks); it fires when the THREAD that started the child
+    ends (each worker thread waits on its child for the child's whole life). SIGTERM, not SIGKILL: the runner
+    saves a checkpoint and stops, so the next invocation resumes. None where prctl does not exist (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # this process died between the fork and the prctl: nobody would signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
                 started: Callable[[subprocess.Popen | None], None] | None) -> int:
     with open(log, "a", encoding="utf-8") as out:
@@ -112,7 +145,7 @@ def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
         # which forwards ONE signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a
         # SLURM task) the run stays in the caller's process group and gets the terminal's or scheduler's signals.
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=started is not None)
+                                start_new_session=started is not None, preexec_fn=end_with_this_process())
         started = started or (lambda proc: None)
         started(proc)
         try:
@@ -129,6 +162,11 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
     step = next_step(job, overwrite)
     if step == "done":
         return Outcome(job, "finished", "nothing")
+    holder = live_holder(job.folder)
+    if holder is not None:  # e.g. a run of a killed sweep still saving its checkpoint, or one started by hand
+        return Outcome(job, STILL_RUNNING, "nothing", 0.0,
+                       f"still running in its folder: {holder.describe()}; left alone (not failed): run this "
+                       "command again once it has ended, or stop it")
     job.folder.parent.mkdir(parents=True, exist_ok=True)
     did = "evaluated"
     if step != "evaluate":

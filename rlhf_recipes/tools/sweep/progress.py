@@ -50,7 +50,7 @@ class Progress:
         statuses = [e[1] for e in self.ended]
         return {"queued": self.total - len(self.ended) - len(self.running), "running": len(self.running),
                 "finished": statuses.count("finished"), "failed": statuses.count("failed"),
-                "interrupted": statuses.count("interrupted")}
+                "interrupted": statuses.count("interrupted"), "still running": statuses.count("still running")}
 
     def eta(self) -> float | None:
         c = self.counts()
@@ -67,6 +67,8 @@ class Progress:
                 f"{c['failed']} failed")
         if c["interrupted"]:
             line += f", {c['interrupted']} interrupted"
+        if c["still running"]:  # held by another live process (executor.run_one): not failed, not ours to run
+            line += f", {c['still running']} still running elsewhere"
         return line + f"; elapsed {clock(time.monotonic() - self.started_at)}, ETA {clock(self.eta())}"
 
     def start(self, job) -> None:
@@ -96,7 +98,7 @@ class Progress:
             for name, since in self.running.items():
                 table.add_row(name, "running", clock(now - since))
             for name, status, wall, _ in self.ended[-SHOWN_FINISHED:]:
-                style = {"failed": "red", "interrupted": "yellow"}.get(status, "green")
+                style = {"failed": "red", "interrupted": "yellow", "still running": "yellow"}.get(status, "green")
                 table.add_row(name, f"[{style}]{status}[/]", clock(wall))
         return Group(table)
 

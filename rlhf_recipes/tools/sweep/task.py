@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     outcome = run_one(job, launcher)
     error = f": {outcome.error}" if outcome.error else ""
     print(f"{outcome.status} {job.name} ({outcome.did}, {outcome.wall_s:.0f} s){error}; log: {job.log}")
-    return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
+    return {"finished": 0, "interrupted": 130, "still running": 75}.get(outcome.status, 1)
 
 
 if __name__ == "__main__":
