@@ -70,6 +70,22 @@ def key_metric(spec: SweepSpec, records: list[dict[str, Any]], algorithm) -> str
     return next((f"final/{m}" for m in (*algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
 
 
+def check_metric_logged(spec: SweepSpec, sweep_dir: Path) -> None:
+    """`--report --metric NAME`: a RecipeError naming the metrics the runs have when none of them logged NAME
+    (as NAME, gain/NAME, heldout/NAME or final/NAME), instead of a report whose every cell is empty."""
+    from rlhf_recipes.errors import RecipeError
+
+    present = sorted({m for run in spec.runs() for m in run_record(sweep_dir, run)["metrics"]})
+    name = spec.metric
+    if not name or any(m in present for m in (name, f"gain/{name}", f"heldout/{name}", f"final/{name}")):
+        return
+    if not present:
+        raise RecipeError(f"{sweep_dir}: --metric {name}: no run of this sweep has finished, so none has logged "
+                          "any metric yet; run the sweep first")
+    raise RecipeError(f"{sweep_dir}: --metric {name}: no run logged it (looked for {name}, gain/{name}, "
+                      f"heldout/{name}, final/{name}); the runs have: {', '.join(present)}")
+
+
 def training_metric(algorithm) -> str:
     from rlhf_recipes.registry import family_of
 

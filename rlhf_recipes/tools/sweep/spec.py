@@ -98,8 +98,16 @@ def cell_name(params: dict[str, str]) -> str:
     return ",".join(f"{k}={_UNSAFE.sub('_', v)}" for k, v in params.items())
 
 
+# YAML 1.2's float: PyYAML follows YAML 1.1, which needs a dot, so it reads `1e-5` as the text "1e-5"
+_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
 def _value_text(value: Any) -> str:
-    """A YAML value as the command line would give it (lists and mappings as YAML flow text)."""
+    """A YAML value as the command line would give it (lists and mappings as YAML flow text). A number that YAML 1.1
+    leaves as text (`1e-5`) is read as the number, as the runner's recipe reader does for a float key, so `1e-5` and
+    `1.0e-5` name the same cell (`1e-05`)."""
+    if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value.strip()):
+        value = float(value)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, dict)):
