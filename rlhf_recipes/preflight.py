@@ -92,8 +92,8 @@ def wandb_finding(recipe) -> Finding | None:
                                       "--relogin, or pass --wandb_mode offline or --report_to none")
     if source is None:
         return Finding(STOP, "wandb", f"{where}: wandb (project `{project}`) is not logged in on this machine (no "
-                                      "WANDB_API_KEY, no netrc entry for its host): the run would fail at its first "
-                                      "step, after everything has loaded. Run wandb login, or pass --wandb_mode "
+                                      "WANDB_API_KEY, no netrc entry for its host): the run would fail as training "
+                                      "starts, after everything has loaded. Run wandb login, or pass --wandb_mode "
                                       "offline (sync later) or --report_to none")
     return Finding(OK, "wandb", f"wandb logged in ({source}); the run logs to project `{project}`")
 

@@ -250,6 +250,17 @@ def test_preflight_names_a_full_disk_and_a_missing_extra(capsys, tmp_path, monke
     assert 'rlhf-recipes[deepspeed]' in stops["deepspeed"], lines
 
 
+def test_preflight_reads_the_recipe_as_the_launch_would(capsys, tmp_path):
+    """The config's processes and ZeRO stage reach the recipe's own checks: PPO's joint value optimizer is refused
+    under DeepSpeed, rejection sampling under ZeRO-3; each is one line, and nothing else is judged without it."""
+    zero3 = str(ROOT / "accelerate_configs" / "zero3.yaml")
+    for recipe, expected in (("ppo.yaml", "under DeepSpeed set value_optimizer: separate"),
+                             ("rejection_sampling_top_per_prompt.yaml", "does not run under DeepSpeed ZeRO-3")):
+        code, lines = _preflight(capsys, str(RECIPES / recipe), "--config_file", zero3, "--output_dir",
+                                 str(tmp_path / "run"))
+        assert code == 1 and len(lines) == 2 and lines[0].startswith("stop recipe") and expected in lines[0], lines
+
+
 def test_preflight_checks_the_split_a_swapped_hub_dataset_has(monkeypatch):
     """The likeliest dataset swap, HuggingFaceH4/ultrafeedback_binarized, has no split `train` (train_prefs...)."""
     import datasets

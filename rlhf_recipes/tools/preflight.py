@@ -98,8 +98,9 @@ def launched_as(launch) -> Iterator[None]:
     """The environment accelerate gives each process of this launch, while the recipe is read and checked (the
     world size decides gradient accumulation; DeepSpeed changes what some configs accept)."""
     wanted = {"WORLD_SIZE": str(launch.processes)}
-    if launch.distributed == "DEEPSPEED":
+    if launch.distributed == "DEEPSPEED":  # what custom_losses' configs and rewards/zero3.py read
         wanted["ACCELERATE_USE_DEEPSPEED"] = "true"
+        wanted["ACCELERATE_DEEPSPEED_ZERO_STAGE"] = str(launch.zero_stage)
     if launch.cpu:
         wanted["ACCELERATE_USE_CPU"] = "true"
     saved = {k: os.environ.get(k) for k in wanted}
@@ -123,7 +124,8 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     except RecipeError as e:  # nothing else can be judged without the recipe
         yield Finding(STOP, "recipe", str(e))
         return
-    yield Finding(OK, "recipe", f"{recipe.source}: {recipe.algorithm.name}, {launch.describe()}"
+    how = launch.describe() if launch.given else "one process (no --config_file)"
+    yield Finding(OK, "recipe", f"{recipe.source}: {recipe.algorithm.name}, {how}"
                                 + (f", profile {recipe.args.profile}" if recipe.args.profile else ""))
     gpus = list(gpu_findings(recipe, launch))
     yield from gpus
