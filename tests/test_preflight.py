@@ -271,3 +271,33 @@ def test_preflight_checks_the_split_a_swapped_hub_dataset_has(monkeypatch):
     with pytest.raises(RecipeError, match="has no split `train`; it has train_prefs, test_prefs. Pass --dataset_split"):
         hub_dataset_finding("HuggingFaceH4/ultrafeedback_binarized", None, "train", ("chosen", "rejected"),
                             "command line: `dataset_name`")
+
+
+def test_preflight_online_names_a_gated_model_and_reads_the_datasets_first_row(capsys, tmp_path, monkeypatch, no_gpu):
+    """The hub answering (faked): a model whose terms this token has not accepted stops; the dataset's split exists
+    and its first row (streamed) has the adapter's columns."""
+    import json
+
+    import datasets
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError
+
+    from rlhf_recipes import validation
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(validation, "hub_reachable", lambda timeout=2.0: True)
+
+    def auth_check(self, repo_id, repo_type=None, **kwargs):
+        if repo_type == "model":
+            raise GatedRepoError.__new__(GatedRepoError)
+
+    monkeypatch.setattr(HfApi, "auth_check", auth_check)
+    first = json.loads((FIXTURES / "ultrafeedback" / "train.jsonl").read_text().splitlines()[0])
+    monkeypatch.setattr(datasets, "get_dataset_split_names", lambda hub_id, config=None: ["train"])
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: iter([first]))
+    code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--report_to", "none", "--output_dir",
+                             str(tmp_path / "run"))
+    found = {line.split()[1]: line for line in lines[:-1]}
+    assert code == 1 and found["model"].startswith("stop") and "is gated" in found["model"], lines
+    assert found["data"].startswith("ok") and "[train] on the hub, with the columns" in found["data"], lines

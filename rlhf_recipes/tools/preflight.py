@@ -257,21 +257,32 @@ def model_finding(recipe, online: bool) -> Finding:
         return Finding(OK, "model", f"{name}: a saved model folder")
     if not online:
         return Finding(OK, "model", f"`{name}`: in the local cache (the hub is offline or unreachable)")
+    problem = hub_access_problem(name, "model")
+    if problem is not None:
+        level, text = problem
+        if level == STOP:
+            raise RecipeError(f"{recipe.where('model_name_or_path')}: {text}")
+        return Finding(level, "model", text)
+    return Finding(OK, "model", f"`{name}` on the hub")
+
+
+def hub_access_problem(repo_id: str, repo_type: str) -> tuple[str, str] | None:
+    """Whether this machine's hub token may download the repo: (level, text) when not, else None. A gated repo
+    whose terms were not accepted fails only at its download, after the earlier stages have run."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
+    what = "dataset" if repo_type == "dataset" else "model"
     try:
-        HfApi().model_info(name, timeout=10)
+        HfApi().auth_check(repo_id, repo_type=repo_type)
     except GatedRepoError:
-        raise RecipeError(f"{recipe.where('model_name_or_path')}: `{name}` is gated: accept its terms on the hub and "
-                          "log in (hf auth login)") from None
+        return STOP, (f"`{repo_id}` is gated and this machine's hub token has no access: accept its terms on its hub "
+                      "page and log in (hf auth login)")
     except RepositoryNotFoundError:
-        raise RecipeError(f"{recipe.where('model_name_or_path')}: no model `{name}` on the hub (or it is private: "
-                          "log in with hf auth login)") from None
+        return STOP, (f"no {what} `{repo_id}` on the hub (or it is private: log in with hf auth login)")
     except Exception as e:  # the hub answered the TCP check but not this request
-        return Finding(WARN, "model", f"`{name}`: the hub did not answer ({type(e).__name__}); it downloads on first "
-                                      "use")
-    return Finding(OK, "model", f"`{name}` on the hub")
+        return WARN, f"`{repo_id}`: the hub did not answer ({type(e).__name__}); it downloads on first use"
+    return None
 
 
 def data_finding(recipe, online: bool) -> Finding | None:
@@ -304,6 +315,12 @@ def data_finding(recipe, online: bool) -> Finding | None:
 def hub_dataset_finding(hub_id: str, config: str | None, split: str, columns, where: str) -> Finding:
     from datasets import get_dataset_split_names, load_dataset
 
+    problem = hub_access_problem(hub_id, "dataset")
+    if problem is not None:
+        level, text = problem
+        if level == STOP:
+            raise RecipeError(f"{where}: {text}")
+        return Finding(level, "data", text)
     try:
         splits = get_dataset_split_names(hub_id, config)
     except Exception as e:
