@@ -264,9 +264,11 @@ def test_preflight_reads_the_recipe_as_the_launch_would(capsys, tmp_path):
 def test_preflight_checks_the_split_a_swapped_hub_dataset_has(monkeypatch):
     """The likeliest dataset swap, HuggingFaceH4/ultrafeedback_binarized, has no split `train` (train_prefs...)."""
     import datasets
+    from huggingface_hub import HfApi
 
     from rlhf_recipes.tools.preflight import hub_dataset_finding
 
+    monkeypatch.setattr(HfApi, "auth_check", lambda self, repo_id, repo_type=None, **kwargs: None)
     monkeypatch.setattr(datasets, "get_dataset_split_names", lambda hub_id, config=None: ["train_prefs", "test_prefs"])
     with pytest.raises(RecipeError, match="has no split `train`; it has train_prefs, test_prefs. Pass --dataset_split"):
         hub_dataset_finding("HuggingFaceH4/ultrafeedback_binarized", None, "train", ("chosen", "rejected"),
