@@ -94,3 +94,16 @@ def test_a_bug_inside_a_tool_keeps_its_traceback(monkeypatch):
     with pytest.raises(KeyError):
         cli.main(["fake"])
     assert one_line("t", ModuleNotFoundError("No module named 'rlhf_recipes.nope'", name="rlhf_recipes.nope")) is None
+
+
+def test_bench_errors_surroundings_cases_are_all_clear(tmp_path):
+    """`rlhf-recipes bench-errors --only surroundings`: each fault, as its own process, ends in one line naming it."""
+    import json
+
+    from rlhf_recipes.tools.bench.bad_inputs import CASES, main
+
+    out = tmp_path / "errors.json"
+    assert main(["--only", "surroundings", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == sum(c.group == "surroundings" for c in CASES) == 5
+    assert [(r["case"], r["verdict"]) for r in results if r["verdict"] != "clear"] == []

@@ -47,6 +47,10 @@ class Case:
     setup: Callable[[Path, Path], None] | None = None  # (repo, scratch) -> builds what the case points at
     hold: str | None = None  # a run folder ({s}/...) that a real run is writing into while the case starts
     timeout: int | None = None  # seconds, where the default would be far too long (a case that never ends)
+    port_held: bool = False  # a socket listens on a free port, {p} in argv, while the case runs
+    lock_held: str | None = None  # a run folder ({s}/...) whose run lock a live process holds (no training)
+    pythonpath: str | None = None  # a folder ({s}/...) put first on the case's PYTHONPATH (a faked package)
+    says: str | None = None  # what the report must name to be clear (not another error met on the way)
 
 
 def _tiny(recipe: str, *extra: str) -> tuple[str, ...]:
@@ -88,6 +92,27 @@ def _edited_config(repo: Path, scratch: Path) -> None:
     write_manifest(checkpoint, 2, manifest_settings(RunFolder(out, resolved=dict(recipe.resolved))))
     config = out / "config.yaml"
     config.write_text(config.read_text().replace("\nbeta: 0.1\n", "\nbeta: 0.5\n"))
+
+
+def _broken_gradio(repo: Path, scratch: Path) -> None:
+    """{s}/fake-site/gradio: a package whose import fails as an absent one does (an install without the extra)."""
+    package = scratch / "fake-site" / "gradio"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'gradio'\", name='gradio')\n")
+
+
+def _finished_sweep(repo: Path, scratch: Path) -> None:
+    """{s}/finished-sweep: a one-cell, one-seed sweep whose run finished and logged loss only."""
+    from rlhf_recipes.tools.sweep import spec, state
+
+    folder = scratch / "finished-sweep"
+    folder.mkdir()
+    state.save(spec.SweepSpec(recipe=str(repo / "recipes" / "dpo.yaml"), profile="tiny", grid={"beta": ["0.1"]},
+                              seeds=[0]), folder)
+    run = folder / "beta=0.1" / "seed-0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("algorithm: dpo\n")
+    (run / "final_results.json").write_text(json.dumps({"status": "finished", "final_metrics": {"loss": 0.5}}))
 
 
 CASES: tuple[Case, ...] = (
@@ -190,6 +215,31 @@ CASES: tuple[Case, ...] = (
     _tool("tools", "sweep: 0 workers", "sweep", "{r}/dpo.yaml", "--workers", "0", "--out", "{s}/sweep"),
     _tool("tools", "sweep: a wandb random search", "sweep", "{s}/random_sweep.yaml", "--out", "{s}/sweep"),
     _tool("tools", "sweep --report: not a sweep folder", "sweep", "{s}/existing", "--report"),
+    # TRL options that only TRL's own loss reads, given to a recipe whose objective is ours
+    Case("options", "reinforce --delta (no ratio to bound)", _tiny("reinforce.yaml", "--delta", "4"), says="delta"),
+    Case("options", "rloo --use_adaptive_entropy", _tiny("rloo.yaml", "--use_adaptive_entropy", "true",
+                                                         "--entropy_target", "0.5"), says="use_adaptive_entropy"),
+    Case("options", "cispo --importance_sampling_level sequence", _tiny("cispo.yaml", "--importance_sampling_level",
+                                                                        "sequence"), says="importance_sampling_level"),
+    Case("options", "sapo --delta (TRL's sapo ignores it)", _tiny("sapo.yaml", "--delta", "4"), says="delta"),
+    Case("options", "ppo --top_entropy_quantile", _tiny("ppo.yaml", "--top_entropy_quantile", "0.2"),
+         says="top_entropy_quantile"),
+    Case("options", "grpo --use_bias_correction_kl true (our KL term)", _tiny("grpo.yaml", "--beta", "0.04",
+                                                                            "--use_bias_correction_kl", "true"),
+         says="use_bias_correction_kl"),
+    # The tools' surroundings: a port in use, a package left out, a run held by another process, a metric not logged
+    Case("surroundings", "chat: port in use", ("{s}/no-run", "--port", "{p}"), tool="chat", port_held=True,
+         says="is already in use"),
+    Case("surroundings", "chat: --host not of this machine", ("{s}/no-run", "--host", "192.0.2.1"), tool="chat",
+         says="--host 192.0.2.1"),
+    Case("surroundings", "chat: Gradio not installed", ("{s}/existing",), tool="chat", setup=_broken_gradio,
+         pythonpath="{s}/fake-site", says="gradio"),
+    Case("surroundings", "sweep --report --metric that no run logged", ("{s}/finished-sweep", "--report", "--metric",
+                                                                        "exact_match"), tool="sweep",
+         setup=_finished_sweep, says="no run logged it"),
+    Case("surroundings", "sweep whose run is held by a live process: still running, exit 75",
+         ("{r}/dpo.yaml", "--profile", "tiny", "--grid", "beta=0.1", "--out", "{s}/held-sweep", "--no-evaluate"),
+         tool="sweep", lock_held="{s}/held-sweep/beta=0.1/seed-0", expect=75, says="still running"),
 )
 
 
@@ -234,13 +284,13 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:") or ": error: " in line]
 
 
-def judge(code: int, stderr: str, expect: int) -> str:
+def judge(code: int, stderr: str, expect: int, says: str | None = None) -> str:
     errors = error_lines(stderr)
     if "Traceback (most recent call last)" in stderr:
         return "traceback"
     if code == 0:
         return "silent"
-    if code == expect and (len(errors) == 1 or expect != 2):
+    if code == expect and (len(errors) == 1 or expect != 2) and (says is None or says in " ".join(stderr.split())):
         return "clear"
     return "unclear"
 
@@ -260,19 +310,42 @@ def start_holder(repo: Path, folder: Path, env: dict, timeout: float = 300) -> s
     return holder
 
 
+def hold_run_lock(repo: Path, folder: Path, env: dict) -> subprocess.Popen:
+    """A live process holding `folder`'s run lock (as a run does for its whole life), returned once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rlhf_recipes.run_lock import RunLock\n"
+        "lock = RunLock(sys.argv[1], 'recipes/run.py (a run still going)').acquire(); print('held', flush=True)\n"
+        "time.sleep(600)"), str(folder)], env={**env, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)
+    if holder.stdout.readline().strip() != "held":
+        holder.kill()
+        raise RuntimeError(f"could not hold the run lock of {folder}")
+    return holder
+
+
 def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
-    argv = [a.replace("{r}", str(repo / "recipes")).replace("{s}", str(scratch)) for a in case.argv]
+    import socket
+
+    port = socket.socket() if case.port_held else None
+    if port is not None:
+        port.bind(("127.0.0.1", 0))
+        port.listen(1)
+    fill = lambda a: (a.replace("{r}", str(repo / "recipes")).replace("{s}", str(scratch))  # noqa: E731
+                      .replace("{p}", str(port.getsockname()[1]) if port else "{p}"))
+    argv = [fill(a) for a in case.argv]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
            "HF_HOME": str(scratch / "hf-home")}
     timeout = min(timeout, case.timeout or timeout)
     if case.setup is not None:
         case.setup(repo, scratch)
-    holder = start_holder(repo, Path(case.hold.replace("{s}", str(scratch))), env) if case.hold else None
+    holder = start_holder(repo, Path(fill(case.hold)), env) if case.hold else None
+    if case.lock_held:
+        holder = hold_run_lock(repo, Path(fill(case.lock_held)), env)
     start = time.time()
     try:
         command = ["-m", "rlhf_recipes.tools", case.tool] if case.tool else [str(repo / "recipes" / "run.py")]
         if case.tool:  # the repo's package, whatever is installed
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p)
+            first = [fill(case.pythonpath)] if case.pythonpath else []
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (*first, str(repo), env.get("PYTHONPATH")) if p)
         done = subprocess.run([sys.executable, *command, *argv], cwd=scratch, env=env,
                               capture_output=True, text=True, timeout=timeout)
         code, stderr = done.returncode, done.stderr
@@ -282,23 +355,28 @@ def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
         if holder is not None:
             holder.kill()
             holder.wait()
+        if port is not None:
+            port.close()
     seconds = time.time() - start
     errors = error_lines(stderr)
     message = errors[0] if errors else (stderr.strip().splitlines() or [""])[-1]
-    return {"group": case.group, "case": case.name, "exit": code, "verdict": judge(code, stderr, case.expect),
-            "seconds": round(seconds, 1), "message": message[:300]}
+    return {"group": case.group, "case": case.name, "exit": code,
+            "verdict": judge(code, stderr, case.expect, case.says), "seconds": round(seconds, 1),
+            "message": message[:300]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[3],
                         help="checkout whose recipes/run.py is tried (default: this one)")
-    parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, runs, tools)")
+    parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, "
+                        "runs, tools, options, surroundings)")
     parser.add_argument("--json", type=Path, help="also write every result here")
     parser.add_argument("--timeout", type=int, default=300)
     args = parser.parse_args(argv)
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     from tqdm import tqdm
 
@@ -313,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title=f"bad inputs against {args.repo}")
     for column in ("group", "case", "verdict", "exit", "seconds", "message"):
         table.add_column(column, overflow="fold")
-    for r in results:
-        table.add_row(*(str(r[c]) for c in ("group", "case", "verdict", "exit", "seconds", "message")))
+    for r in results:  # escaped: a message's "[chat]" is text, not rich markup
+        table.add_row(*(escape(str(r[c])) for c in ("group", "case", "verdict", "exit", "seconds", "message")))
     Console(width=200).print(table)
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("clear", "traceback", "silent", "unclear")}
     clear_times = sorted(r["seconds"] for r in results if r["verdict"] == "clear" and r["exit"] == 2)
