@@ -6,11 +6,14 @@ command is expected to end with, e.g. `# runs as written (exit code 1: does not 
 it must exit 0. A block right after the HTML comment `<!-- not run by tests/test_docs_commands.py:
 REASON -->` is skipped as a whole (the comment says why).
 
-They run in document order, README.md first, then the pages of `DOCS` in that order, as real
-subprocesses, so a later command may use what an earlier one left behind (the README's tiny DPO
-run in outputs/dpo-tiny is compared on the direct-alignment page). The working directory is a
-scratch folder holding links to the repository's recipes/ and accelerate_configs/, so outputs/
-lands there. `python` is this interpreter; `rlhf-recipes` is the installed command next to it (or
+They run as real subprocesses, in chains: a command that names a run under outputs/ runs after the
+earlier command that writes it, in the same scratch folder (the README's tiny DPO run in
+outputs/dpo-tiny is compared on the direct-alignment page and exported on the tools page: one
+chain), and a command that reads every run under outputs/ (`rlhf-recipes runs`) joins the chain of
+the latest run written on its page. Each chain is its own test, so parallel workers (pytest-xdist)
+run the chains side by side; within a chain the commands keep document order. A chain's working
+directory is a scratch folder holding links to the repository's recipes/ and accelerate_configs/,
+so outputs/ lands there. `python` is this interpreter; `rlhf-recipes` is the installed command next to it (or
 `python -m rlhf_recipes.tools` without one), and PYTHONPATH points at this checkout so both run its
 code. The environment is offline: HF_HUB_OFFLINE=1, WANDB_MODE=offline, OMP_NUM_THREADS=1.
 
@@ -128,7 +131,74 @@ def test_runnable_commands_are_found():
         assert c.argv[0] in ("python", "rlhf-recipes"), f"{c.where}: runs `{c.argv[0]}`, not python or rlhf-recipes"
 
 
-def test_doc_commands_run_as_written(tmp_path):
+def writes(command: DocCommand) -> str | None:
+    """The run folder under outputs/ that a command writes: the one its comment names (`writes outputs/X`), its
+    --output_dir, or the runner's default (outputs/<recipe>-<profile>; a sweep's under outputs/sweeps/)."""
+    named = re.search(r"writes (outputs/\S+)", _comment(command.line))
+    if named:
+        return named.group(1).rstrip("/")
+    argv = command.argv
+    if "--output_dir" in argv:
+        return argv[argv.index("--output_dir") + 1].rstrip("/")
+    recipe = next((a for a in argv if a.startswith("recipes/") and a.endswith(".yaml")), None)
+    if recipe is None or "--profile" not in argv:
+        return None
+    run = f"{Path(recipe).stem}-{argv[argv.index('--profile') + 1]}"
+    if argv[:2] == ["python", "recipes/run.py"]:
+        return f"outputs/{run}"
+    if argv[:2] == ["rlhf-recipes", "sweep"]:
+        return f"outputs/sweeps/{run}"
+    return None
+
+
+def reads(command: DocCommand) -> list[str]:
+    """The run folders under outputs/ that a command names and does not write itself."""
+    return [a.rstrip("/") for a in command.argv[1:] if a.startswith("outputs/") and a.rstrip("/") != writes(command)]
+
+
+def _contains(outer: str, inner: str) -> bool:
+    return inner == outer or inner.startswith(outer + "/") or outer.startswith(inner + "/")
+
+
+def command_chains() -> list[list[DocCommand]]:
+    """The runnable commands in chains (see the module's docstring), each in document order."""
+    commands = runnable_commands()
+    chain_of = list(range(len(commands)))  # union-find over command indexes
+
+    def root(i: int) -> int:
+        while chain_of[i] != i:
+            i = chain_of[i]
+        return i
+
+    for i, command in enumerate(commands):
+        earlier = [(j, writes(c)) for j, c in enumerate(commands[:i]) if writes(c)]
+        needs = reads(command)
+        for path in needs:
+            writer = [j for j, written in earlier if _contains(written, path)]
+            assert writer, f"{command.where}: `{command.line}` reads {path}, which no earlier command writes"
+            chain_of[root(i)] = root(writer[-1])
+        page = command.where.split(":")[0]
+        if not needs and command.argv[:2] == ["rlhf-recipes", "runs"]:  # every run under outputs/
+            same_page = [j for j, _ in earlier if commands[j].where.split(":")[0] == page]
+            if same_page:
+                chain_of[root(i)] = root(same_page[-1])
+    chains: dict[int, list[DocCommand]] = {}
+    for i, command in enumerate(commands):
+        chains.setdefault(root(i), []).append(command)
+    return sorted(chains.values(), key=lambda chain: commands.index(chain[0]))
+
+
+def test_chains_cover_every_runnable_command_once_and_keep_the_readme_dpo_run_with_its_readers():
+    chains = command_chains()
+    flat = [c.where for chain in chains for c in chain]
+    assert sorted(flat) == sorted(c.where for c in runnable_commands()) and len(set(flat)) == len(flat)
+    readme_run = next(chain for chain in chains if chain[0].where.startswith("README.md"))
+    assert any("outputs/dpo-tiny" in c.line and c.where.startswith("docs/") for c in readme_run), readme_run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", command_chains(), ids=lambda chain: chain[0].where)
+def test_doc_commands_run_as_written(chain, tmp_path):
     for folder in ("recipes", "accelerate_configs"):
         (tmp_path / folder).symlink_to(REPO / folder, target_is_directory=True)
     env = {
@@ -138,7 +208,7 @@ def test_doc_commands_run_as_written(tmp_path):
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     }
-    for command in runnable_commands():
+    for command in chain:
         result = subprocess.run(_resolve(command.argv), cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=TIMEOUT_S)
         if result.returncode != command.expected_exit:
