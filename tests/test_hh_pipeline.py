@@ -31,6 +31,7 @@ def pipeline(tmp_path_factory):
     return out, run_pipeline(options)
 
 
+@pytest.mark.slow  # the whole tiny pipeline: a reward model, then PPO, GRPO and DPO (module-scoped, once)
 def test_pipeline_trains_every_stage_on_the_rms_split(pipeline):
     out, results = pipeline
     for stage in ("hh_rm", "ppo", "grpo", "dpo"):
@@ -63,6 +64,7 @@ def test_pipeline_trains_every_stage_on_the_rms_split(pipeline):
     assert generated_for and generated_for <= train_prompts and not generated_for & held_out_prompts
 
 
+@pytest.mark.slow  # the whole tiny pipeline: a reward model, then PPO, GRPO and DPO (module-scoped, once)
 def test_pipeline_table_has_every_method_and_the_reference(pipeline):
     out, results = pipeline
     rows = {r["method"]: r for r in results["methods"]}
@@ -82,6 +84,7 @@ def test_pipeline_table_has_every_method_and_the_reference(pipeline):
     assert (out / "pipeline.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # the whole tiny pipeline: a reward model, then PPO, GRPO and DPO (module-scoped, once)
 def test_pipeline_keeps_finished_stages(pipeline, capsys):
     out, _ = pipeline
     before = {s: (out / s / "final_results.json").stat().st_mtime for s in ("hh_rm", "ppo", "grpo", "dpo")}

@@ -89,6 +89,7 @@ def test_nano_book_table_shows_the_base_as_its_build_measured_it():
     assert "closest to 20% inside [15%, 25%]" in text
 
 
+@pytest.mark.slow  # a real (short) SFT build with its held-out evaluations: ~30 s
 def test_a_real_build_saves_the_kept_checkpoint_and_records_it(tmp_path):
     """The nano SFT recipe for 6 steps from the untrained model, evaluated every 2 steps on 20 held-out problems
     with a target of 0% (the untrained model's): all three evaluations lie in the band, the first is kept, and the
@@ -120,6 +121,7 @@ def test_a_real_build_saves_the_kept_checkpoint_and_records_it(tmp_path):
     assert any(not (kept[k] == six[k]).all() for k in six)
 
 
+@pytest.mark.slow  # a real (short) SFT build, measured at the end: ~30 s
 def test_without_a_target_the_build_trains_its_steps_and_is_measured_at_the_end(tmp_path):
     """nano-sdpo's kind of goal (target None, the SDPO recipe's held-out problems): no evaluation during the run,
     one at the end, recorded for the last step."""

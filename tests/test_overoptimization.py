@@ -144,6 +144,7 @@ def test_bad_workers_is_one_line_before_anything_runs(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # the whole tiny study (gold RM, proxies, policies): ~40 s
 def test_tiny_run_end_to_end(tmp_path):
     out = tmp_path / "oo"
     assert main(["--profile", "tiny", "--out", str(out), "--workers", "2"]) == 0

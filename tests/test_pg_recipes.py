@@ -127,6 +127,7 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
 
 
 
+@pytest.mark.slow  # a learning check
 def test_grpo_learning_signal(tmp_path):
     """With a fixed seed, GRPO raises a learnable reward clearly within 16 CPU optimizer steps."""
     rewards.register(low_token_fraction, replace=True)
@@ -244,6 +245,7 @@ def test_dapo_refill_two_processes(tmp_path):
     assert first["dynamic_sampling/refill_rounds"] == 1
 
 
+@pytest.mark.slow  # a full run and a resumed copy: ~15 s, more under load
 def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
     """A checkpoint records how many fresh prompts dynamic sampling has drawn, and a resumed run draws the
     next ones: the rollouts and losses after the checkpoint equal the uninterrupted run's (drawing the first

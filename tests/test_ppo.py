@@ -399,6 +399,7 @@ def test_value_optimizer_joint_is_the_books_one_adam_and_one_clip(tmp_path, mode
         torch.testing.assert_close(moved(policy), moved(lone_policy))
 
 
+@pytest.mark.slow  # a full run and a resumed copy, twice: ~10 s each, more under load
 @pytest.mark.parametrize("mode", ["joint", "separate"])
 def test_resume_restores_the_value_model(tmp_path, mode):
     # 32 prompts: the 4 steps are one pass, so a resume at step 2 continues the same data order and RNG.
@@ -427,6 +428,7 @@ def test_resume_restores_the_value_model(tmp_path, mode):
 
 
 
+@pytest.mark.slow  # a learning check
 def test_ppo_learning_signal(tmp_path):
     """With a fixed seed, PPO raises a learnable reward and its value loss falls within 16 CPU steps."""
     rewards.register(low_token_fraction, replace=True)

@@ -245,6 +245,7 @@ def _complete_checkpoints(out: Path) -> list[str]:
                   key=lambda n: int(n.split("-")[1]))
 
 
+@pytest.mark.slow  # two real runner processes, one killed: ~20 s
 def test_a_second_process_is_refused_while_the_run_lives_and_takes_over_once_it_is_killed(tmp_path, caplog):
     """One real run, and real processes starting into its folder: refused while it runs (a resubmitted --resume,
     a plain start, an --overwrite), --prune leaves it alone; killed outright, its lock is taken over with a

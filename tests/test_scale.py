@@ -235,6 +235,7 @@ def test_dpo_one_and_two_processes_give_the_same_steps(config, tmp_path):
     assert single["world_size"] == 1 and double["world_size"] == 2
     assert single["effective_batch_size"] == double["effective_batch_size"] == 4
     assert (single["gradient_accumulation_steps"], double["gradient_accumulation_steps"]) == (2, 1)
+    assert single["steps"] == double["steps"] == 3 and not double["interrupted"]
     rows = {}
     for name, path in (("one", tmp_path / "one"), ("two", out)):
         rows[name] = {r["step"]: r for r in read_metrics(path) if "loss" in r}

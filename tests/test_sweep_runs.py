@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rlhf_recipes.report import read_metrics
@@ -30,6 +31,7 @@ def _mtimes(out: Path) -> dict[str, int]:
     return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.glob("*/seed-*/final_results.json")}
 
 
+@pytest.mark.slow  # 6 tiny runs, each evaluated, 2 at a time: ~1.5-2 min
 def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path):
     out = tmp_path / "sweep"
     args = [DPO, "--profile", "tiny", "--grid", "beta=0.05,0.5", "--seeds", "2", "--workers", "2", "--out", str(out)]
@@ -59,6 +61,7 @@ def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path):
     assert [c["metrics"]["final/loss"]["n"] for c in report["cells"]] == [3, 3]
 
 
+@pytest.mark.slow  # 40 steps, stopped and resumed: ~1 min
 def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     """SIGTERM to the sweep: the running run saves a checkpoint and stops, the sweep exits 130; the same command
     resumes it (--resume, from that checkpoint) to the end, every optimizer step logged exactly once."""
