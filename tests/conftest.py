@@ -187,8 +187,8 @@ def _tiny_cache(tmp_path_factory, request):
 
     The nano bases this run's tests ask for start building at once in a second process (below), on the core that
     the tests leave idle at first; one worker starts it (gw0, or the only process without xdist) and the others
-    wait on the build's file lock. It is stopped if that worker's session ends first (a fixture still waiting then
-    takes the lock and builds)."""
+    wait on the build's file lock. Without xdist it is stopped if the session ends first; under xdist the worker that
+    started it waits for it at its end (a test on another worker still needs it), unless the run is stopping."""
     import torch
 
     torch.set_num_threads(1)
@@ -203,8 +203,12 @@ def _tiny_cache(tmp_path_factory, request):
 
     yield tiny_model_path()
     if prebuild is not None and prebuild.poll() is None:
-        os.killpg(prebuild.pid, signal.SIGTERM)  # its SFT subprocess too (its own process group)
-        prebuild.wait()
+        session = request.session
+        if os.environ.get("PYTEST_XDIST_WORKER") and not (session.shouldstop or session.shouldfail):
+            prebuild.wait()  # a test on another worker still waits for it: stopped, it would restart from scratch there
+        else:
+            os.killpg(prebuild.pid, signal.SIGTERM)  # its SFT subprocess too (its own process group)
+            prebuild.wait()
 
 
 NANO_FIXTURES = {"nano_base": "nano_model_path", "nano_sdpo_base": "nano_sdpo_model_path"}

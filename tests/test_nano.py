@@ -104,16 +104,22 @@ def test_nano_sft_is_deterministic(nano_base, tmp_path):
 
 def test_grpo_on_nano_raises_heldout_correctness(nano_base, tmp_path):
     """A short seeded GRPO run raises the held-out mean of the book's correctness reward (reasoning-gym's
-    score_answer, partial credit) by at least 0.05 over the base, with the paired 95% interval above zero.
-    Measured on this 2-core machine: +0.096 [+0.069, +0.122] (exact match 21% -> 36%) in ~45 s."""
+    score_answer, partial credit) by at least 0.025 over the base, with the paired 95% interval above zero.
+    Measured from the target-built base (20.0% exact match), 160 steps, training seeds 0 / 1 / 2: +0.050 / +0.053 /
+    +0.057, paired intervals' low ends +0.027 / +0.029 / +0.033 (exact match +3.0 / +2.5 / +4.5 points, too
+    close to zero to assert); ~1.5 min each on one thread. The floor is half the lowest seed's gain (a margin of
+    0.025, ~8 seed standard deviations); the old floor, 0.05, was set from one run on the old base (21%: +0.096)
+    and sat on the new base's lowest seed."""
+    from conftest import assert_base_unmoved
     from rlhf_recipes.train import main
 
+    assert_base_unmoved(nano_base, 0.20, "test_grpo_on_nano_raises_heldout_correctness")
     run = tmp_path / "grpo"
-    assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", str(GRPO_STEPS),
+    assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", str(GRPO_STEPS), "--seed", "42",
                  "--output_dir", str(run)]) == 0
     result = _evaluate(str(run), "--baseline", "--batch_size", "50", "--output", str(tmp_path / "eval.json"))
     gain = result["difference"]["mean_score"]
-    assert gain["value"] >= 0.05 and gain["low"] > 0, gain
+    assert gain["value"] >= 0.025 and gain["low"] > 0, gain
 
 
 @pytest.mark.parametrize("family", ["policy_gradient", "direct_alignment"])

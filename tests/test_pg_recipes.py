@@ -129,16 +129,20 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
 
 @pytest.mark.slow  # a learning check
 def test_grpo_learning_signal(tmp_path):
-    """With a fixed seed, GRPO raises a learnable reward clearly within 16 CPU optimizer steps."""
+    """With a fixed seed, GRPO raises a learnable reward clearly within 16 CPU optimizer steps.
+    Measured (tiny, this machine): the last batch's mean reward over the first's at seed 42 (this test) +0.181, at
+    seeds 0 / 1 / 2 +0.214 / +0.490 / +0.365; the first batch 0.486-0.510. The floor, +0.10, lies 0.08 under the
+    lowest seed; a run that does not learn moves the batch mean by about +-0.03 (16 completions)."""
     rewards.register(low_token_fraction, replace=True)
     out = tmp_path / "learn"
     run_recipe("grpo.yaml", out, "--reward_funcs", "[low_token_fraction]", "--reward_weights", "[1.0]",
-               "--learning_rate", "3e-3", "--temperature", "1.0", "--max_steps", "16", "--num_samples", "64")
+               "--learning_rate", "3e-3", "--temperature", "1.0", "--max_steps", "16", "--num_samples", "64",
+               "--seed", "42")
     curve = [row["reward"] for row in read_metrics(out) if "reward" in row]  # one value per rollout batch
     assert len(curve) == 4
     print("mean reward per rollout batch:", [round(r, 3) for r in curve])
-    assert curve[0] < 0.55  # about half the vocabulary: chance
-    assert curve[-1] > curve[0] + 0.15, curve
+    assert curve[0] < 0.6, f"the start moved: the untrained tiny model is no longer at chance ({curve[0]:.3f})"
+    assert curve[-1] > curve[0] + 0.10, curve
 
 
 def parity_reward(completions, rg_index=None, completion_ids=None, **kwargs):

@@ -430,19 +430,23 @@ def test_resume_restores_the_value_model(tmp_path, mode):
 
 @pytest.mark.slow  # a learning check
 def test_ppo_learning_signal(tmp_path):
-    """With a fixed seed, PPO raises a learnable reward and its value loss falls within 16 CPU steps."""
+    """With a fixed seed, PPO raises a learnable reward and its value loss falls within 16 CPU steps.
+    Measured (tiny, this machine): the mean of the last two batches over the first at seed 42 (this test) +0.275, at
+    seeds 0 / 1 / 2 +0.201 / +0.182 / +0.416 (first batch 0.41-0.54); the value loss's last 4 steps over its first 4:
+    0.102, and 0.073 / 0.026 / 0.054. The floors, +0.10 and 0.25, lie 0.08 and 0.15 clear of the worst seed."""
     rewards.register(low_token_fraction, replace=True)
     out = tmp_path / "learn"
     run_recipe("ppo.yaml", out, "--reward_funcs", "[low_token_fraction]", "--reward_weights", "[1.0]",
-               "--learning_rate", "1e-3", "--temperature", "1.0", "--max_steps", "16", "--num_samples", "64")
+               "--learning_rate", "1e-3", "--temperature", "1.0", "--max_steps", "16", "--num_samples", "64",
+               "--seed", "42")
     rows = read_metrics(out)
     reward = [r["reward"] for r in rows if "reward" in r]  # one per rollout batch of 16
     value_loss = [r["value_loss"] for r in rows if "value_loss" in r]  # one per optimizer step
     print("mean reward per rollout batch:", [round(x, 3) for x in reward])
     print("value loss per optimizer step:", [round(x, 4) for x in value_loss])
     assert len(reward) == 8 and len(value_loss) == 16
-    assert reward[0] < 0.55  # about half the vocabulary: chance
-    assert sum(reward[-2:]) / 2 > reward[0] + 0.12, reward
+    assert reward[0] < 0.6, f"the start moved: the untrained tiny model is no longer at chance ({reward[0]:.3f})"
+    assert sum(reward[-2:]) / 2 > reward[0] + 0.10, reward
     assert sum(value_loss[-4:]) / 4 < 0.25 * sum(value_loss[:4]) / 4, value_loss
 
 
