@@ -278,6 +278,8 @@ def _book_stub(objective, loss_type="grpo", beta=0.0, accumulation=2, old=OLD):
         _loss_mask = BookGRPOTrainer._loss_mask
         _loss_normalizer = BookGRPOTrainer._loss_normalizer
         _global_masked_mean = BookGRPOTrainer._global_masked_mean
+        _entropy_mask = BookGRPOTrainer._entropy_mask
+        _entropy_bonus = BookGRPOTrainer._entropy_bonus
 
     stub = Stub()
     logp = LOGP.clone().requires_grad_(True)

@@ -82,6 +82,8 @@ def _loss(objective="policy_gradient", quantile=1.0, coef=0.0, accumulation=2):
         _loss_mask = BookGRPOTrainer._loss_mask
         _loss_normalizer = BookGRPOTrainer._loss_normalizer
         _global_masked_mean = BookGRPOTrainer._global_masked_mean
+        _entropy_mask = BookGRPOTrainer._entropy_mask
+        _entropy_bonus = BookGRPOTrainer._entropy_bonus
         get_high_entropy_mask = GRPOTrainer.get_high_entropy_mask
 
     stub = Stub()

@@ -283,6 +283,43 @@ def test_trainer_rollouts_and_loss_follow_the_formulas(ppo_trainer, kl_mode):
     assert trainer._metrics["train"]["value_loss"] and trainer._metrics["train"]["kl"]
 
 
+def test_trl_entropy_options_act_on_ppos_policy_term_only(ppo_trainer):
+    """top_entropy_quantile and entropy_coef as TRL applies them, in PPO's own objective: the 80/20 mask on the
+    clipped policy term (the value term stays on every token), the entropy bonus subtracted before the division by
+    the accumulation steps (policy_gradient/trl_options.py)."""
+    trainer, rows = ppo_trainer
+    trainer.args.kl_in_reward, trainer.args.kl_reward_shape = True, "sequence_mean"
+    batch = trainer._generate_and_score_completions(rows)
+    micro = {k: (v[:2] if isinstance(v, torch.Tensor) and v.dim() > 0 else v) for k, v in batch.items()}
+    ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], 1)
+    attention = torch.cat([micro["prompt_mask"], micro["completion_mask"]], 1)
+    m = micro["completion_mask"].float()
+    length = m.size(1)
+    with torch.no_grad():
+        logits = trainer.model(input_ids=ids, attention_mask=attention).logits[:, -length - 1:-1].float()
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, ids[:, -length:].unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        v_new = trainer.value_model(input_ids=ids, attention_mask=attention).logits[:, -length - 1:-1, 0]
+    ratio = torch.exp(logp - micro["old_per_token_logps"])
+    a = micro["advantages"]
+    policy = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a)
+    v_old, g = micro["old_values"], micro["returns"]
+    value = 0.5 * torch.max(0.5 * (g - v_new) ** 2, 0.5 * (g - (v_old + (v_new - v_old).clamp(-0.4, 0.4))) ** 2)
+    keep = (entropy >= torch.quantile(entropy[m.bool()], 0.5)) & m.bool()  # the top half of the entropies
+    assert 0 < keep.sum() < m.sum()
+    bonus = 0.05 * (entropy * keep).sum() / keep.sum()
+    expected = (seq_mean(policy * keep + value, m) - bonus) / 4
+    trainer.top_entropy_quantile, trainer.entropy_coef = 0.5, 0.05
+    try:
+        loss = trainer._compute_loss(trainer.model, micro)
+    finally:
+        trainer.top_entropy_quantile, trainer.entropy_coef = 1.0, 0.0
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    assert trainer._compute_loss(trainer.model, micro).item() == pytest.approx(
+        (seq_mean(policy + value, m) / 4).item(), rel=1e-4, abs=1e-6)  # off: the plain objective
+
+
 # --- end to end ---------------------------------------------------------------------------------
 
 

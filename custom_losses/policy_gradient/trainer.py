@@ -346,9 +346,8 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
             per_token = policy_gradient_loss(logps, advantages)
         # TRL's options on the policy term, as GRPOTrainer._compute_loss applies them (trl_options.py): the 80/20
         # rule keeps the policy term on the top-q entropy tokens only; vLLM's importance-sampling weight.
-        entropy_mask = None
-        if self.top_entropy_quantile < 1.0:
-            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        entropy_mask = self._entropy_mask(entropies, mask)
+        if entropy_mask is not None:
             per_token = per_token * entropy_mask
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
@@ -364,10 +363,22 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
             ratio = torch.exp(logps.detach() - old)
             clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
             self._metrics[mode]["cispo_clip_ratio"].append(self._global_masked_mean(clipped.float(), mask))
-        if self.entropy_coef != 0.0:  # TRL's constant entropy bonus: - coef * mean entropy over the masked tokens
-            acting = mask if entropy_mask is None else mask * entropy_mask
-            loss = loss - self.entropy_coef * (entropies * acting).sum() / acting.sum().clamp(min=1.0)
-        return loss / self._loss_normalizer()
+        return (loss - self._entropy_bonus(entropies, mask, entropy_mask)) / self._loss_normalizer()
+
+    def _entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+        """TRL's top_entropy_quantile (the 80/20 rule) for our own objectives: 1 on the completion tokens whose
+        entropy is in the top q of all processes' (GRPOTrainer's own get_high_entropy_mask); None when q is 1."""
+        if self.top_entropy_quantile >= 1.0:
+            return None
+        return self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+
+    def _entropy_bonus(self, entropies: torch.Tensor, mask: torch.Tensor, entropy_mask: torch.Tensor | None):
+        """TRL's constant entropy_coef for our own objectives: coef x the mean entropy over the tokens the policy
+        term acts on (subtracted from the loss, before the division by the accumulation steps, as TRL)."""
+        if self.entropy_coef == 0.0:
+            return 0.0
+        acting = mask if entropy_mask is None else mask * entropy_mask
+        return self.entropy_coef * (entropies * acting).sum() / acting.sum().clamp(min=1.0)
 
     def _guard_loss(self, loss: torch.Tensor) -> torch.Tensor:
         mode = "train" if self.model.training else "eval"

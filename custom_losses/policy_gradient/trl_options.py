@@ -8,8 +8,9 @@ math as TRL's, applied in our objective) or is refused before anything loads, by
 
 What acts where (TRL 1.16):
 - top_entropy_quantile (the 80/20 rule: the policy term only on the top-q entropy tokens) and a constant
-  entropy_coef (loss -= coef * mean entropy): every TRL loss_type, and our policy_gradient / cispo
-  objectives (trainer.py applies TRL's own entropy mask). PPO refuses them (custom_losses/ppo/config.py).
+  entropy_coef (loss -= coef * mean entropy): every TRL loss_type, our policy_gradient / cispo objectives and
+  PPO's (trainer.py's _entropy_mask and _entropy_bonus, with TRL's own entropy mask; PPO's value term is
+  never masked).
 - use_adaptive_entropy, off_policy_mask_threshold, importance_sampling_level 'sequence': TRL's losses only.
 - delta (INTELLECT-2's upper bound on the unclipped ratio): TRL's clipped losses only (grpo, bnpo,
   dr_grpo, dapo, luspo); TRL's own cispo, sapo and vespo ignore it.
@@ -32,7 +33,7 @@ OWN_OBJECTIVES = {
 ACTS_IN_OWN_OBJECTIVE = {
     "policy_gradient": ("top_entropy_quantile", "entropy_coef"),
     "cispo": ("top_entropy_quantile", "entropy_coef"),
-    "ppo": (),
+    "ppo": ("top_entropy_quantile", "entropy_coef"),
 }
 # option -> (is it set?, what it is), for the refusal message
 OPTIONS = {

@@ -286,6 +286,9 @@ class PPOTrainer(BookGRPOTrainer):
         old = logps.detach() if old is None else old
         advantages = inputs["advantages"]
         policy = clipped_surrogate_loss(logps, old, advantages, self.epsilon_low, self.epsilon_high)
+        entropy_mask = self._entropy_mask(entropies, mask)  # TRL's 80/20 rule: the policy term only, not the value's
+        if entropy_mask is not None:
+            policy = policy * entropy_mask
         if self.use_vllm and self.vllm_importance_sampling_correction:
             policy = policy * inputs["importance_sampling_ratio"]
         value, value_clipped = value_loss_clipped(values, inputs["old_values"], inputs["returns"],
@@ -298,7 +301,7 @@ class PPOTrainer(BookGRPOTrainer):
             per_token = per_token + self.beta * kl
             metrics["kl"].append(self._global_masked_mean(kl, mask))
         aggregate = _AGGREGATIONS[self.loss_type]
-        loss = aggregate(per_token, mask)
+        loss = aggregate(per_token, mask) - self._entropy_bonus(entropies, mask, entropy_mask)
 
         with torch.no_grad():
             ratio = torch.exp(logps.detach() - old)
