@@ -65,8 +65,13 @@ class MetricsFileCallback(TrainerCallback):
             raise OSError(e.errno, e.strerror, str(self.path)) from e
 
 
+# The signals that end a run with a checkpoint: Ctrl-C, `kill`, and SIGUSR1, which a cluster sends ahead of a time
+# limit (accelerate_configs/slurm/multinode.sbatch: `--signal=B:USR1@300`, passed on to the training processes).
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
 class InterruptCallback(TrainerCallback):
-    """Ctrl-C / SIGTERM: finish the current optimizer step, save a checkpoint, stop.
+    """Ctrl-C / SIGTERM / SIGUSR1: finish the current optimizer step, save a checkpoint, stop.
 
     A second signal restores the default handler, so pressing Ctrl-C twice still kills.
     Under several processes the flag is all-reduced each step, so every rank stops at the
@@ -85,7 +90,7 @@ class InterruptCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in INTERRUPT_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:  # not the main thread (e.g. a notebook worker): no handler
             pass
@@ -112,6 +117,29 @@ class InterruptCallback(TrainerCallback):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+class LearningRateChange(TrainerCallback):
+    """--resume --allow_changes --learning_rate NEW: the optimizer and scheduler restored from the checkpoint hold
+    the old rate, so the change would be recorded but not trained. Once they are loaded (before the first resumed
+    step), every rate they hold is scaled by NEW / OLD: the schedule continues from where it was, at the new peak.
+    Each scheduler here is a LambdaLR (transformers' and custom_losses/schedules.py's), whose rate is
+    base_lr x factor(step), so scaling base_lrs scales every later step."""
+
+    def __init__(self, old: float, new: float):
+        self.old, self.new = old, new
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        ratio = self.new / self.old
+        for group in optimizer.param_groups:
+            group["lr"] *= ratio
+            if "initial_lr" in group:
+                group["initial_lr"] *= ratio
+        if lr_scheduler is not None and hasattr(lr_scheduler, "base_lrs"):
+            lr_scheduler.base_lrs = [lr * ratio for lr in lr_scheduler.base_lrs]
+            lr_scheduler._last_lr = [lr * ratio for lr in lr_scheduler.get_last_lr()]
+        logger.info("learning rate %g -> %g: the restored optimizer and scheduler are rescaled by %g", self.old,
+                    self.new, ratio)
 
 
 class CheckpointManifestCallback(TrainerCallback):

@@ -113,7 +113,9 @@ class RecipeArgs:
     )
     resume: str | None = field(
         default=None,
-        metadata={"help": "'latest' (or a checkpoint path) to continue an interrupted run in output_dir."},
+        metadata={"help": "'latest' (or a checkpoint path) to continue an interrupted run in output_dir; 'auto' to "
+                  "continue from the newest complete checkpoint if there is one, else start (a requeued cluster job's "
+                  "one command; a finished run is refused)."},
     )
     resolved_from: str | None = field(
         default=None,

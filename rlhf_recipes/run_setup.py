@@ -6,7 +6,10 @@ The rules, so that a folder always says exactly what ran:
   start that fails puts the old run back as it was;
 - --resume continues from the newest COMPLETE checkpoint (checkpoints.py), saying which newer
   ones it skipped and why, and refuses settings that would change the run's meaning (the old
-  and new value of each key); --allow_changes accepts them and config.yaml records both;
+  and new value of each key); --allow_changes accepts them, config.yaml records both, and a
+  changed learning rate takes effect (callbacks.LearningRateChange rescales the restored scheduler);
+- --resume auto (a requeued cluster job's one command) resumes when a complete checkpoint is there,
+  starts when none is (a run that never saved one is started over), and refuses a finished run;
 - a start that fails before training removes what it wrote (config.yaml, a folder it made);
 - one process at a time: the main process holds the folder's lock (run_lock.py) from before it reads the folder
   until the run ends, so a second start into a running folder is refused naming who holds it.
@@ -32,6 +35,8 @@ from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.report import read_metrics, write_config
 from rlhf_recipes.run_lock import HOLDER_FILE, LOCK_FILE, RunLock
+
+CONSOLE_LOG = "console.log"  # the main process's console, kept with the run (console_log.py)
 
 logger = logging.getLogger(__name__)
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # the folder's lock stays where it is when --overwrite moves a run aside
@@ -89,6 +94,10 @@ class RunFolder:
     _wrote_config: bool = False
     _previous_config: str | None = None
     _previous_config_times: tuple[int, int] | None = None  # (atime, mtime) in ns, restored with its text
+    auto: bool = False  # --resume auto: every rank takes the main process's choice, a checkpoint or none
+    replace_previous: bool = False  # --resume auto found no complete checkpoint: the old start is replaced
+    learning_rate_change: tuple[float, float] | None = None  # (old, new): --resume --allow_changes --learning_rate
+    _console_log_size: int | None = None  # console.log's size before this start (None: there was none)
 
     def claim(self, recipe: Recipe) -> None:
         """Make the folder this run's: move an overwritten run aside, write config.yaml (rank 0 only)."""
@@ -96,7 +105,8 @@ class RunFolder:
             return
         if self.lock is None:
             self._created_dir = not self.output_dir.exists()
-        if recipe.args.overwrite and (self.output_dir / "config.yaml").exists() and not recipe.args.resume:
+        replace = (recipe.args.overwrite and not recipe.args.resume) or self.replace_previous
+        if replace and (self.output_dir / "config.yaml").exists():
             self._aside = self.output_dir.parent / f".{self.output_dir.name}.overwritten"
             if self._aside.exists():
                 shutil.rmtree(self._aside)
@@ -110,6 +120,12 @@ class RunFolder:
             self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
         self._wrote_config = True  # set first: a write cut short by a full disk is undone by `abandon` too
         write_config(recipe, self.output_dir, self.resolved)
+        log = self.output_dir / CONSOLE_LOG
+        self._console_log_size = log.stat().st_size if log.exists() else None
+
+    @property
+    def console_log(self) -> Path:
+        return self.output_dir / CONSOLE_LOG
 
     def started(self) -> None:
         """Training has begun: the overwritten run is deleted for good."""
@@ -124,11 +140,12 @@ class RunFolder:
         broadcast once the process group is up; the other ranks only checked sizes)."""
         import torch.distributed as dist
 
-        if self.checkpoint is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        if (self.checkpoint is None and not self.auto) or not (dist.is_available() and dist.is_initialized()) or \
+                dist.get_world_size() < 2:
             return
-        choice = [str(self.checkpoint)]
+        choice = [str(self.checkpoint) if self.checkpoint else None]
         dist.broadcast_object_list(choice, src=0)
-        self.checkpoint = Path(choice[0])
+        self.checkpoint = Path(choice[0]) if choice[0] else None
 
     def release(self) -> None:
         """The run has ended (however): let go of the folder's lock."""
@@ -158,6 +175,11 @@ class RunFolder:
             os.utime(config, ns=self._previous_config_times)
         elif config.exists():
             config.unlink()
+        log = self.output_dir / CONSOLE_LOG  # what this start wrote to the console log goes too
+        if self._console_log_size is None:
+            log.unlink(missing_ok=True)
+        elif log.exists():
+            os.truncate(log, self._console_log_size)
         if self._aside is not None and self._aside.exists():
             for entry in list(self.output_dir.iterdir()):
                 if entry.name not in LOCK_FILES:
@@ -189,6 +211,16 @@ def prepare_output_dir(recipe: Recipe, command: str = "") -> RunFolder:
 
 def _decide(recipe: Recipe, folder: RunFolder) -> None:
     output_dir, resume = folder.output_dir, recipe.args.resume
+    if resume == "auto":
+        if recipe.args.overwrite:
+            raise RecipeError("--resume auto and --overwrite contradict each other: continue the run, or start it over")
+        folder.auto = True
+        folder.checkpoint = _resume_or_start(output_dir)
+        if folder.checkpoint is None:
+            folder.replace_previous = is_main_process() and (output_dir / "config.yaml").exists()
+        else:
+            _compare_settings(recipe, folder, checkpoint_step(folder.checkpoint))
+        return
     if resume:
         if recipe.args.overwrite:
             raise RecipeError("--resume and --overwrite contradict each other: continue the run, or start it over")
@@ -231,6 +263,29 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         )
 
 
+def _resume_or_start(output_dir: Path) -> Path | None:
+    """--resume auto: the newest complete checkpoint, or None (start: none is there, or none verifies, so nothing
+    of the old start can be continued); a finished run is refused, since rerunning the same command must not train
+    it a second time."""
+    results = output_dir / "final_results.json"
+    if results.exists():
+        import json
+
+        try:
+            status = json.loads(results.read_text()).get("status", "finished")
+        except (OSError, ValueError):
+            status = None
+        if status == "finished":
+            raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({results}); nothing to resume. Use "
+                              "its model as it is, start over with --overwrite, or pick another --output_dir")
+    point = find_resumable_checkpoint(output_dir, checksums=is_main_process())
+    for skipped, reason in point.skipped:
+        logger.warning("--resume auto: skipping %s: %s", skipped, reason)
+    if point.checkpoint is None and (output_dir / "config.yaml").exists() and is_main_process():
+        logger.warning("--resume auto: no complete checkpoint in %s: starting the run over", output_dir)
+    return point.checkpoint
+
+
 def _compare_settings(recipe: Recipe, folder: RunFolder, step: int) -> None:
     """A resume continues with the settings the run used up to its checkpoint: those its manifest records (a
     checkpoint from before manifests had settings: config.yaml's). Any difference that changes what the run
@@ -260,9 +315,12 @@ def _compare_settings(recipe: Recipe, folder: RunFolder, step: int) -> None:
             f"and the next checkpoints' manifests then record each change and step {step}, where it took effect)"
         )
     if changes:
-        logger.warning("--resume --allow_changes: %s, from step %d. The optimizer and scheduler state restored from "
-                       "%s keep their saved values.", ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in changes), step,
-                       checkpoint)
+        logger.warning("--resume --allow_changes: %s, from step %d (a new learning_rate rescales the restored "
+                       "scheduler: it takes effect from the next step)", ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n
+                                                                                 in changes), step)
+        lr = next(((o, n) for k, o, n in changes if k == "learning_rate"), None)
+        if lr is not None and isinstance(lr[0], (int, float)) and isinstance(lr[1], (int, float)):
+            folder.learning_rate_change = (float(lr[0]), float(lr[1]))
         recorded += [{"step": step, "key": k, "old": o, "new": n} for k, o, n in changes]
     base = {**used, **recipe.resolved} if changes else dict(recipe.resolved)
     folder.resolved = {**base, **({"resumed_with_changes": recorded} if recorded else {})}
@@ -286,7 +344,8 @@ def first_logged_loss(path: Path) -> float | None:
 def run_callbacks(recipe: Recipe, folder: RunFolder):
     """The callbacks every run gets (imports transformers)."""
     from rlhf_recipes.callbacks import (
-        CheckpointManifestCallback, HealthCallback, InterruptCallback, MetricsFileCallback, StartedCallback,
+        CheckpointManifestCallback, HealthCallback, InterruptCallback, LearningRateChange, MetricsFileCallback,
+        StartedCallback,
     )
 
     interrupt = InterruptCallback()
@@ -296,4 +355,6 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / "metrics.jsonl",
                  resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder))]
+    if folder.learning_rate_change and folder.checkpoint:
+        callbacks.append(LearningRateChange(*folder.learning_rate_change))
     return callbacks, interrupt, health

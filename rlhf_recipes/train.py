@@ -39,13 +39,14 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
             report_error(e)
             return 2
         return 0
-    folder = None
+    folder = console = None
     try:
         try:
             recipe = load_recipe(argv, construct=False)
             folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))
             check_inputs(recipe)
             folder.claim(recipe)
+            console = keep_console(folder, argv)
         except RecipeError as e:
             if folder is not None:
                 folder.abandon()
@@ -73,16 +74,40 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
         try:
             trainer, family, interrupt, health = build(recipe, folder, extra_callbacks)
         except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
+            console = stop_console(console)
             folder.abandon()
             report_error(e)
             return 2
         except BaseException:
+            console = stop_console(console)
             folder.abandon()
             raise
         return train_and_report(recipe, folder, trainer, family, interrupt, health)
     finally:
+        stop_console(console)
         if folder is not None:
             folder.release()  # the folder's lock: held from before the folder was read until here
+
+
+def keep_console(folder, argv: list[str]):
+    """The main process's console, copied into <output_dir>/console.log from here to the run's end (appended to
+    when the run is resumed). None on the other ranks, or where the console cannot be copied."""
+    if not is_main_process():
+        return None
+    from rlhf_recipes.console_log import ConsoleLog
+
+    what = f"resumed from {folder.checkpoint.name}" if folder.checkpoint else "started"
+    try:
+        return ConsoleLog(folder.console_log, f"{what}: {shlex.join(['recipes/run.py', *argv])}").start()
+    except OSError as e:  # no console to copy (closed descriptors), or the file cannot be opened
+        logger.warning("the console is not kept in %s: %s", folder.console_log, e)
+        return None
+
+
+def stop_console(console) -> None:
+    if console is not None:
+        console.stop()
+    return None
 
 
 def report_error(error: Exception) -> None:
@@ -209,9 +234,8 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
             if disk_full(e) is None:
                 raise
             reason += " (final_results.json could not be written either: rlhf-recipes runs shows no result)"
-        # No advice to resume with a lower learning rate: the scheduler state restored from the checkpoint keeps
-        # the old one (run_setup.py), so that would diverge again.
-        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it)" if last_good
+        lower = "" if full_disk else "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
+        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it{lower})" if last_good
                 else "no checkpoint was saved before it")
         print(f"error: {reason}; {keep}", file=sys.stderr)
     trainer.accelerator.wait_for_everyone()
