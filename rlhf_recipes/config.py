@@ -191,14 +191,18 @@ class Recipe:
 
 
 USAGE = ("usage: recipes/run.py RECIPE.yaml [--profile tiny|nano] [--resume] [--KEY VALUE ...]   "
-         "(RECIPE.yaml --help: its keys)")
+         "(RECIPE.yaml --help: the values it trains with; --help --all: every key)")
+
+
+def _class_name(path: str) -> str:
+    return path.replace(":", ".").rsplit(".", 1)[-1]
 
 
 def recipe_help(argv: list[str]) -> str:
-    """`RECIPE.yaml --help`: every key the recipe's algorithm takes, with its type, default and help text.
-
-    transformers' HfArgumentParser writes it from the three dataclasses (ours, TRL's ModelConfig, the
-    algorithm's config): the same fields that recipes and the command line set."""
+    """`RECIPE.yaml [--KEY VALUE ...] --help`: the values this run would use, grouped by who reads them (ours, the
+    model's, TRL's), each with where it came from; every other key keeps its class's default. `--help --all`: every
+    key the algorithm takes, with its type, default and help text (transformers' HfArgumentParser writes it from
+    the three dataclasses: the same fields that recipes and the command line set)."""
     names = ", ".join(sorted(ALGORITHMS))
     path = next((a for a in argv if not a.startswith("-")), None)
     if path is None:
@@ -206,11 +210,26 @@ def recipe_help(argv: list[str]) -> str:
     name = read_yaml(path).get("algorithm")
     if name not in ALGORITHMS:
         raise RecipeError(f"{path}: unknown algorithm `{name}`. Available: {names}")
-    from transformers import HfArgumentParser
+    config_class = ALGORITHMS[name].config_class
+    if "--all" in argv:
+        from transformers import HfArgumentParser
 
-    parser = HfArgumentParser((RecipeArgs, import_object(MODEL_CONFIG), import_object(ALGORITHMS[name].config_class)),
-                              prog=f"recipes/run.py {path}", usage=USAGE.removeprefix("usage: "))
-    return parser.format_help()
+        parser = HfArgumentParser((RecipeArgs, import_object(MODEL_CONFIG), import_object(config_class)),
+                                  prog=f"recipes/run.py {path}", usage=USAGE.removeprefix("usage: "))
+        return parser.format_help()
+    recipe = load_recipe([a for a in argv if a not in ("-h", "--help", "--all")], construct=False)
+    titles = {"recipe": "ours (rlhf-recipes)", "model": f"the model's ({_class_name(MODEL_CONFIG)}, TRL)",
+              "training": f"TRL's ({_class_name(config_class)})"}
+    lines = [f"{USAGE}", "", f"{path}: the values this run would use (the recipe, its profile and the command line "
+             "resolved), with where each comes from:"]
+    for group, values in recipe.typed.items():
+        lines += ["", f"{titles[group]}:"]
+        for key, value in sorted(values.items()):
+            lines.append(f"  {key}: {value!r}".ljust(48) + f"  ({recipe.origin.get(key, 'default')})")
+    lines += ["", "Every other key keeps its class's default (TRL's own defaults are not the recipe's: the values "
+              "above are what trains).", f"Every key with its type, default and help: recipes/run.py {path} "
+              "--help --all"]
+    return "\n".join(lines)
 
 
 def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:

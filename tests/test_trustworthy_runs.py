@@ -333,8 +333,18 @@ def test_a_feature_whose_extra_is_missing_names_the_extra(tmp_path, capsys, monk
     assert "`load_in_4bit`: needs the package `bitsandbytes`" in line and 'pip install "rlhf-recipes[qlora]"' in line
 
 
-def test_help_lists_every_key_of_the_recipes_algorithm(capsys):
-    assert train([str(RECIPES / "dpo.yaml"), "--help"]) == 0
+def test_help_shows_the_recipes_values_grouped_and_all_lists_every_key(capsys):
+    # Before: TRL's defaults in 810 flat lines (`--learning_rate` default 1e-06, not the recipe's 5e-06).
+    assert train([str(RECIPES / "dpo.yaml"), "--beta", "0.2", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "\nours (rlhf-recipes):\n" in out and "\nthe model's (ModelConfig, TRL):\n" in out, out
+    assert "\nTRL's (ScheduledDPOConfig):\n" in out, out
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("  ")}
+    assert "5e-06" in lines["learning_rate"] and "recipes/dpo.yaml)" in lines["learning_rate"]
+    assert "0.2" in lines["beta"] and "(command line)" in lines["beta"]
+    assert "allenai/OLMo-2-0425-1B-SFT" in lines["model_name_or_path"] and "--help --all" in out
+    assert len(out.splitlines()) < 60
+    assert train([str(RECIPES / "dpo.yaml"), "--help", "--all"]) == 0
     out = capsys.readouterr().out
     for key in ("--learning_rate", "--beta", "--model_name_or_path", "--effective_batch_size", "--stop_on_health_warning"):
         assert key in out, key
