@@ -37,9 +37,7 @@ from typing import Any
 from rewards.reward_model import RM_PREFIX
 from rlhf_recipes.generation import generate
 from rlhf_recipes.families.base import BookFigure
-from rlhf_recipes.families.rejection_sampling_stages import (  # noqa: F401 (read_jsonl: tests and tools read stages)
-    Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage, write_jsonl,
-)
+from rlhf_recipes.families.rejection_sampling_stages import Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
 logger = logging.getLogger(__name__)
