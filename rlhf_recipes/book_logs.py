@@ -1,8 +1,8 @@
-"""The book's logs and how they map onto ours: the vocabulary the registry's `book_metrics` are written in.
+"""The book's logs and how they map onto ours: the vocabulary rlhf_recipes/book_reference.py is written in.
 
 Transcribed from shared/reference/book.md (the facts read from the book's own code,
 github.com/natolambert/rlhf-book, folder `code/`). Each family's metric map is built here from the
-per-algorithm numbers its registry entry states (accumulation steps, beta, whether the margins are
+per-algorithm numbers book_reference.py states (accumulation steps, beta, whether the margins are
 beta-scaled); rlhf_recipes/tools/compare applies them. When the book or our trainers rename a
 metric, this file is the place to fix.
 

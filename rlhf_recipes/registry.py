@@ -5,9 +5,9 @@ it computes the book's math exactly, ours in custom_losses/ where it does not), 
 family builds its data and trainer (rlhf_recipes/families/<family>.py), the values that
 make it this algorithm rather than its neighbour (`defaults`, applied before the recipe's
 own values), what its memory plan needs to know (a reference model or not, full logits),
-and what the book published for it: run ids (wandb project rlhf-book/core), the batch shape
-that defines the book's x-axis and rescalings, and how the book's metrics map onto ours
-(rlhf_recipes/book_logs.py). Tools ask here; none keeps its own table of algorithms.
+and what its run plots. What the book published for it (run ids, batch shape, metric maps, final
+numbers) is rlhf_recipes/book_reference.py's, read by the tools only. Tools ask here; none keeps its
+own table of algorithms.
 Classes are named by import path so that validating a recipe does not import every trainer.
 
 Adding an algorithm: one entry here + one recipes/<name>.yaml (+ a loss function and a
@@ -20,18 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.book_logs import MetricMap, da_metrics, pg_metrics, rm_metrics, rs_metrics, sft_metrics
 from rlhf_recipes.nano import TASK as NANO_TASK
-
-
-@dataclass(frozen=True)
-class BookShape:
-    """The batch shape of the book's run of an algorithm: what the book's x-axis and rescalings depend on."""
-
-    prompts_per_rollout: int | None = None  # policy gradients: prompts in one rollout batch ...
-    rollouts_per_prompt: int | None = None  # ... x completions per prompt
-    accumulation_steps: int | None = None  # direct alignment: the book logs grad_norm / accumulation
-    beta: float | None = None  # direct alignment
 
 
 @dataclass(frozen=True)
@@ -49,13 +38,6 @@ class Algorithm:
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
-    book_runs: tuple[str, ...] = ()  # the book's published wandb run ids (project rlhf-book/core)
-    book_shape: BookShape = BookShape()
-    book_metrics: tuple[MetricMap, ...] = ()  # the book's metric names -> ours, with scales
-    book_results: dict[str, float] = field(default_factory=dict)  # published final numbers (final_results.json keys)
-    # How the book's run differs from this recipe, when it was made by older code with other settings; compare
-    # prints it ("older setup: ...").
-    book_run_setup: str = ""
 
 
 def import_object(path: str) -> Any:
@@ -127,64 +109,39 @@ _NANO_IPO = {"beta": 0.5}
 _NANO_SIMPO = {"learning_rate": 1.6e-6}
 
 
-def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], run: str | None, accumulation: int = 8,
-                      beta: float = 0.1, margins_times_beta: bool = False,
-                      extra_metrics: tuple[str, ...] = (), nano: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Chapter 8: the book's run `run` (rlhf-book/core; code/direct_alignment/README.md), None where it publishes
-    none (cdpo). Its loop logs once per optimizer step with step=global_step (our x-axis as is), grad_norm
-    divided by the accumulation steps; batch 8 x accumulation 8, beta 0.1 unless stated."""
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], extra_metrics: tuple[str, ...] = (),
+                      nano: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Chapter 8."""
     # Every one: the book's warmup (lr (k+1)/(W+1), W = int(0.1 T)) then linear decay to 0.
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
                 defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_linear", **defaults},
-                book_runs=(run,) if run else (), book_shape=BookShape(accumulation_steps=accumulation, beta=beta),
-                book_metrics=da_metrics(accumulation, beta, margins_times_beta), nano=nano or {})
+                nano=nano or {})
 
 
-def _policy_gradient(run: str, prompts: int = 4, rollouts: int = 8, classes: dict[str, str] = _BOOK_GRPO,
-                     key_metrics: tuple[str, ...] | None = None, middle: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Chapter 6: the book's run `run` (rlhf-book/core) of `prompts` x `rollouts` completions per rollout batch.
-    Key metrics: reward, correctness, `middle`, completion length, grad_norm (unless given whole)."""
+def _policy_gradient(classes: dict[str, str] = _BOOK_GRPO, key_metrics: tuple[str, ...] | None = None,
+                     middle: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 6. Key metrics: reward, correctness, `middle`, completion length, grad_norm (unless given whole)."""
     if key_metrics is None:
         key_metrics = ("reward", "rewards/correctness_reward/mean", *middle, "completions/mean_length", "grad_norm")
-    return dict(family="policy_gradient", chapter="6", **classes, key_metrics=key_metrics, book_runs=(run,),
-                book_shape=BookShape(prompts_per_rollout=prompts, rollouts_per_prompt=rollouts),
-                book_metrics=pg_metrics())
+    return dict(family="policy_gradient", chapter="6", **classes, key_metrics=key_metrics)
 
 
-# The three published RM runs were made by the book's April 2026 code (e893096); the recipes follow its later code
-# (preference RM: July 2026; ORM and PRM: August 2026, a66b0bf). What differs, per run:
-_OLDER_BOOK_RM_RUNS = {
-    "1g3y9bcc": "1 epoch at 2x16, seed 42, no validation split (preference_rm.yaml: 2 epochs at 2x8, seed 123, 90/10)",
-    "3gkoqb7f": "a different experiment: Qwen3-1.7B-Base on GSM8K gold answers plus synthetic wrong answers, lr 1e-4, "
-                "3 epochs at 2x16, per-token accuracy (orm.yaml: Qwen3-0.6B on the GSM8K rollouts, lr 1e-5, 1 epoch "
-                "at 1x32)",
-    "iv4d966d": "up to 20 steps and 5500 tokens per trace, no validation split (prm.yaml: 12-step chunks, 2048 tokens, "
-                "90/10)",
-}
+def _reward_model(classes: dict[str, str], key_metrics: tuple[str, ...]) -> dict[str, Any]:
+    """Chapter 5."""
+    return dict(family="reward_model", chapter="5", **classes, key_metrics=key_metrics)
 
 
-def _reward_model(classes: dict[str, str], run: str, key_metrics: tuple[str, ...], kind: str) -> dict[str, Any]:
-    """Chapter 5: the book's run `run` (rlhf-book/core); kind: preference | outcome | process."""
-    setup = (f"older setup: the book's run {run} was logged by its April 2026 code (unprefixed metric names): "
-             f"{_OLDER_BOOK_RM_RUNS[run]}") if run in _OLDER_BOOK_RM_RUNS else ""
-    return dict(family="reward_model", chapter="5", **classes, key_metrics=key_metrics, book_runs=(run,),
-                book_metrics=rm_metrics(kind), book_run_setup=setup)
-
-
-def _rejection_sampling(run: str, rule: str, accuracy: float) -> dict[str, Any]:
+def _rejection_sampling(rule: str) -> dict[str, Any]:
     """Chapter 9: sample 8 completions per GSM8K prompt, score them with a reward model, keep those the
     selection `rule` picks (custom_losses/rejection_sampling/selection.py), SFT the base policy on them
-    (BookSFTTrainer), evaluate test_accuracy (families/rejection_sampling.py). The book's run `run` reached
-    `accuracy` on the first 200 GSM8K test questions; its base Qwen3-1.7B 0.760 (within noise of each other)."""
+    (BookSFTTrainer), evaluate test_accuracy (families/rejection_sampling.py)."""
     return dict(family="rejection_sampling", chapter="9", **_BOOK_RS,
                 paper="Nakano et al. 2021 (WebGPT, best-of-n); Touvron et al. 2023 (Llama 2, rejection sampling "
                       "fine-tuning); Dong et al. 2023 (RAFT)",
                 # The book's SFT stage takes the partial last step of an epoch, each micro-batch loss / batch_acc.
                 defaults={"selection_rule": rule, "completion_only_loss": True, "packing": False,
                           "drop_partial_steps": False, "partial_step_scale": "accumulation"},
-                key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
-                book_runs=(run,), book_metrics=rs_metrics(),
-                book_results={"test_accuracy": accuracy, "base_test_accuracy": 0.760})
+                key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"))
 
 
 _FORMAT = "rewards/format_reward/mean"
@@ -195,52 +152,49 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, "fzy8k8go", nano=_NANO_SUMMED_LOG_RATIO),
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, nano=_NANO_SUMMED_LOG_RATIO),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
         ),
         Algorithm(
-            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}, None,  # no book run
-                                        accumulation=4, nano=_NANO_SUMMED_LOG_RATIO),
+            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1},
+                                        nano=_NANO_SUMMED_LOG_RATIO),
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}, "giyhitjw", beta=2.0,
+            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]},
                                             nano=_NANO_AVERAGED_LOG_RATIO),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, "5s29syo6", nano=_NANO_IPO),
+            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, nano=_NANO_IPO),
             paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
         ),
         Algorithm(
             # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
             # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
             # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
-            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, "ftv5rs3x", beta=2.0,  # noisy (the book)
-                                         margins_times_beta=True, nano=_NANO_SIMPO),
+            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, nano=_NANO_SIMPO),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
-            "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"}, "o38ffli5",  # noisy (the book)
+            "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"},
                                         extra_metrics=("nll_loss", "log_odds_chosen")),
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
         ),
         Algorithm(
-            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, "hgqrkfi6", extra_metrics=("kl",),
+            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",),
                                        nano=_NANO_SUMMED_LOG_RATIO),
             paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization",
         ),
         Algorithm(
             # BookDPOTrainer: TRL's apo_zero/apo_down add a constant 1 to the logged loss.
-            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}, "3m2uiyw3",
-                                            nano=_NANO_SUMMED_LOG_RATIO),
+            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}, nano=_NANO_SUMMED_LOG_RATIO),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
         ),
         Algorithm(
-            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}, "tqzkmyi6",
-                                            nano=_NANO_SUMMED_LOG_RATIO),
+            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}, nano=_NANO_SUMMED_LOG_RATIO),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
@@ -248,26 +202,26 @@ ALGORITHMS: dict[str, Algorithm] = {
         # what makes each algorithm itself. Every entry: the book's seq-mean aggregation
         # (loss_type grpo) unless stated, log-probs at temperature 1, z-score eps 1e-8.
         Algorithm(
-            "reinforce", **_policy_gradient("0uqbq4oz", prompts=8, rollouts=1, middle=(_FORMAT,)),
+            "reinforce", **_policy_gradient(middle=(_FORMAT,)),
             paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
             nano={"generation_batch_size": 32},  # the book's 8 prompts x 1 rollout, x4 like the family's nano shape
         ),
         Algorithm(
-            "rloo", **_policy_gradient("07xeasn8", middle=(_FORMAT, _CONTRAST)),
+            "rloo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
             paper="Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (RLOO)",
             defaults={"advantage_estimator": "rloo", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
         ),
         Algorithm(
-            "grpo", **_policy_gradient("vjp7lgdi", middle=(_FORMAT, _CONTRAST)),
+            "grpo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
             paper="Shao et al. 2024, DeepSeekMath (Group Relative Policy Optimization)",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2},
         ),
         Algorithm(
-            "drgrpo", **_policy_gradient("a1swuynq", middle=(_FORMAT, _CONTRAST)),
+            "drgrpo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
             paper="Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO)",
             # TRL's own advantage with scale_rewards none is the book's R - mean; the book keeps
             # GRPO's seq-mean (TRL's loss_type dr_grpo divides by a constant instead).
@@ -276,19 +230,19 @@ ALGORITHMS: dict[str, Algorithm] = {
             aliases=("dr_grpo",),
         ),
         Algorithm(
-            "gspo", **_policy_gradient("10sxytli", middle=(_FORMAT, _CONTRAST)),
+            "gspo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
             paper="Zheng et al. 2025, Group Sequence Policy Optimization",
             defaults={"advantage_estimator": "zscore", "loss_type": "grpo", "importance_sampling_level": "sequence",
                       "epsilon": 0.2, "epsilon_high": 0.2},
         ),
         Algorithm(
-            "cispo", **_policy_gradient("6dg0m06n", middle=(_FORMAT, "cispo_clip_ratio")),
+            "cispo", **_policy_gradient(middle=(_FORMAT, "cispo_clip_ratio")),
             paper="MiniMax 2025, MiniMax-M1 (Clipped IS-weight Policy Optimization)",
             defaults={"advantage_estimator": "zscore", "book_objective": "cispo", "loss_type": "grpo",
                       "epsilon": 0.2, "epsilon_high": 0.4},
         ),
         Algorithm(
-            "sapo", **_policy_gradient("79608nwk", middle=(_FORMAT, _CONTRAST)),
+            "sapo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
             paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)",
             defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
                       "sapo_temperature_neg": 1.05},
@@ -297,7 +251,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             nano={"learning_rate": 1.0e-5},
         ),
         Algorithm(
-            "dapo", **_policy_gradient("db1pipip", middle=("rewards/overlong_penalty_reward/mean",
+            "dapo", **_policy_gradient(middle=("rewards/overlong_penalty_reward/mean",
                                                            "dynamic_sampling/kept_groups_first_round")),
             paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
             # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
@@ -307,14 +261,13 @@ ALGORITHMS: dict[str, Algorithm] = {
             tiny={"max_refill_rounds": 1},  # a random tiny model is never correct: one refill round, then filler
         ),
         Algorithm(
-            "maxrl", **_policy_gradient("fdowf1se", middle=("rewards/binary_reward/mean", _CONTRAST)),
+            "maxrl", **_policy_gradient(middle=("rewards/binary_reward/mean", _CONTRAST)),
             paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
                       "book_objective": "policy_gradient", "loss_type": "grpo"},
         ),
         Algorithm(
-            "ppo", **_policy_gradient(
-                "ku3r3g9j", prompts=16, rollouts=1, classes=_PPO,
+            "ppo", **_policy_gradient(classes=_PPO,
                 key_metrics=("reward", "rewards/correctness_reward/mean", "value_loss", "policy_loss",
                              "value/explained_variance", "grad_norm")),
             paper="Schulman et al. 2017, Proximal Policy Optimization Algorithms; Schulman et al. 2016 (GAE); "
@@ -339,16 +292,15 @@ ALGORITHMS: dict[str, Algorithm] = {
             defaults={"completion_only_loss": True, "packing": False, "book_lr_schedule": True,
                       "drop_partial_steps": True},
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
-            book_runs=("nybj8sdx",), book_metrics=sft_metrics(),
         ),
         # --- rejection sampling (book chapter 9) ------------------------------------------
         # One family, four selection rules: two use the reward model, two are their matched-size random
         # controls. The metric is test_accuracy on the first 200 GSM8K test questions (final_results.json).
-        Algorithm("rejection_sampling_top_per_prompt", **_rejection_sampling("ohm3xnga", "top_per_prompt", 0.790)),
+        Algorithm("rejection_sampling_top_per_prompt", **_rejection_sampling("top_per_prompt")),
         Algorithm("rejection_sampling_random_per_prompt",
-                  **_rejection_sampling("y3pbcla7", "random_per_prompt", 0.795)),
-        Algorithm("rejection_sampling_top_k_overall", **_rejection_sampling("w75hklzs", "top_k_overall", 0.800)),
-        Algorithm("rejection_sampling_random_k_overall", **_rejection_sampling("egeyr1q3", "random_k_overall", 0.770)),
+                  **_rejection_sampling("random_per_prompt")),
+        Algorithm("rejection_sampling_top_k_overall", **_rejection_sampling("top_k_overall")),
+        Algorithm("rejection_sampling_random_k_overall", **_rejection_sampling("random_k_overall")),
         # --- self-distillation (book chapter 12) ------------------------------------------
         Algorithm(
             "sdpo", family="self_distillation", **_BOOK_SDPO,
@@ -364,12 +316,11 @@ ALGORITHMS: dict[str, Algorithm] = {
             key_metrics=("reward", "skipped", "self_distillation/distillation_loss", "completions/mean_length",
                          "grad_norm"),
             reference_model=False, materializes_full_logits=True,
-            book_shape=BookShape(prompts_per_rollout=16, rollouts_per_prompt=8),
         ),
         # --- reward models (book chapter 5) ----------------------------------------------
         Algorithm(
-            "preference_rm", **_reward_model(_PREFERENCE_RM, "1g3y9bcc",
-                                             ("accuracy", "margin", "eval_accuracy", "eval_margin"), "preference"),
+            "preference_rm", **_reward_model(_PREFERENCE_RM,
+                                             ("accuracy", "margin", "eval_accuracy", "eval_margin")),
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             aliases=("reward", "reward_model", "rm", "bradley_terry", "bt_rm"),
             # On nano: the direct-alignment family's pairs (a correct and an incorrect sample of the nano base,
@@ -378,8 +329,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             nano={"dataset": "reasoning_gym_preferences", "num_samples": 3000, "dataset_kwargs": NANO_TASK},
         ),
         Algorithm(
-            "orm", **_reward_model(_OUTCOME_RM, "3gkoqb7f",
-                                   ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy"), "outcome"),
+            "orm", **_reward_model(_OUTCOME_RM,
+                                   ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy")),
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
             # The nano base's rollouts, one row per prompt. A rollout's score is its completion tokens' mean
             # (score_reduction `mean`, the book's text): measured on nano, the last token (the book's code) picked
@@ -387,7 +338,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             nano={"dataset": "reasoning_gym_rollouts", "score_reduction": "mean"},
         ),
         Algorithm(
-            "prm", **_reward_model(_PROCESS_RM, "iv4d966d", ("step_accuracy", "eval_step_accuracy"), "process"),
+            "prm", **_reward_model(_PROCESS_RM, ("step_accuracy", "eval_step_accuracy")),
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
             # The book's torch LinearLR warmup from 0.1 lr, then a constant LR.
             defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_constant"},

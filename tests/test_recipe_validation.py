@@ -33,16 +33,21 @@ def test_every_registered_algorithm_has_a_recipe():
 def test_registry_entries_carry_their_facts():
     """Each family is an object with every hook; each entry states its class paths and the book's shape."""
     from rlhf_recipes.families.base import Family
+    from rlhf_recipes.book_reference import BOOK, book_reference
     from rlhf_recipes.registry import family_of
+
+    assert set(BOOK) <= set(ALGORITHMS)  # the book's facts name registry algorithms only
 
     for algorithm in ALGORITHMS.values():
         family = family_of(algorithm)
         assert isinstance(family, Family) and family.name == algorithm.family
         assert ":" in algorithm.config_class and ":" in algorithm.trainer_class
         if algorithm.family == "policy_gradient":  # every one has a published book run of a known shape
-            assert algorithm.book_runs and algorithm.book_shape.prompts_per_rollout, algorithm.name
+            book = book_reference(algorithm.name)
+            assert book.runs and book.shape.prompts_per_rollout, algorithm.name
         if algorithm.family == "direct_alignment":
-            assert algorithm.book_shape.accumulation_steps and algorithm.book_shape.beta, algorithm.name
+            assert book_reference(algorithm.name).shape.accumulation_steps, algorithm.name
+            assert book_reference(algorithm.name).shape.beta, algorithm.name
     assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo", "sdpo"}  # sdpo: a live teacher
 
 

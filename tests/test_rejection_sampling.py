@@ -133,6 +133,7 @@ def test_boxed_rule_is_a_recipe_option_with_a_one_line_error(tmp_path):
 @pytest.mark.parametrize("rule", RULES)
 def test_recipe_resolves_with_the_books_settings(rule, tmp_path):
     from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.book_reference import book_reference
     from rlhf_recipes.registry import ALGORITHMS
 
     book = {"top_per_prompt": ("ohm3xnga", 0.790), "random_per_prompt": ("y3pbcla7", 0.795),
@@ -140,8 +141,8 @@ def test_recipe_resolves_with_the_books_settings(rule, tmp_path):
     path = str(RECIPES / f"rejection_sampling_{rule}.yaml")
     recipe = load_recipe([path, "--bf16", "false", "--output_dir", str(tmp_path)])  # bf16 needs a GPU
     t, a = recipe.training, recipe.args
-    assert t.selection_rule == rule and recipe.algorithm.book_runs == (book[0],)
-    assert recipe.algorithm.book_results == {"test_accuracy": book[1], "base_test_accuracy": 0.760}
+    assert t.selection_rule == rule and book_reference(recipe.algorithm.name).runs == (book[0],)
+    assert book_reference(recipe.algorithm.name).results == {"test_accuracy": book[1], "base_test_accuracy": 0.760}
     assert recipe.model.model_name_or_path == "Qwen/Qwen3-1.7B" and a.dataset == "gsm8k" and a.num_samples == 1000
     assert a.system_prompt == "Please reason step by step, and check your final answer within \\boxed{}."
     assert (t.num_completions, t.rollout_temperature, t.rollout_top_p, t.rollout_top_k, t.rollout_min_p,

@@ -2,7 +2,7 @@
 
     rlhf-recipes results RUN_DIR [RUN_DIR ...] [--metric test_accuracy]
 
-Reads each run's final_results.json; the book's numbers come from the registry (`book_results` of the run's
+Reads each run's final_results.json; the book's numbers come from rlhf_recipes/book_reference.py (`results` of the run's
 algorithm). For rejection sampling (chapter 9) the columns are the base model's test_accuracy and the
 tuned one, for each selection rule and its random control: the book's table (base 0.760; top_per_prompt
 0.790, random_per_prompt 0.795, top_k_overall 0.800, random_k_overall 0.770; within noise on 200 questions).
@@ -21,7 +21,8 @@ BASE_PREFIX = "base_"  # final_results.json key of the same metric measured on t
 
 
 def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, Any]]:
-    from rlhf_recipes.registry import ALGORITHMS, canonical_name
+    from rlhf_recipes.book_reference import book_reference
+    from rlhf_recipes.registry import canonical_name
 
     out = []
     for run in run_dirs:
@@ -29,12 +30,12 @@ def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, A
         if not path.exists():
             raise FileNotFoundError(f"{run}: no final_results.json (is the run finished?)")
         results = json.loads(path.read_text())
-        algorithm = ALGORITHMS.get(canonical_name(str(results.get("algorithm", ""))))
-        book = algorithm.book_results if algorithm else {}
+        reference = book_reference(canonical_name(str(results.get("algorithm", ""))))
+        book = reference.results
         out.append({"run": str(run), "algorithm": results.get("algorithm"), "status": results.get("status"),
                     "base": results.get(BASE_PREFIX + metric), "tuned": results.get(metric),
                     "book_base": book.get(BASE_PREFIX + metric), "book_tuned": book.get(metric),
-                    "book_runs": ", ".join(algorithm.book_runs) if algorithm else "",
+                    "book_runs": ", ".join(reference.runs),
                     "grading": results.get("grading")})
     return out
 

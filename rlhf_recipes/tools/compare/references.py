@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf_recipes.book_logs import REWARD_FUNCTION_NAMES, WANDB_PROJECT, MetricMap, RowKind
+from rlhf_recipes.book_reference import book_reference
 from rlhf_recipes.registry import ALGORITHMS, canonical_name, family_named
 
 __all__ = [
@@ -69,17 +70,18 @@ def optimizer_steps_per_rollout(prompts: int, rollouts_per_prompt: int) -> int:
 
 def _spec(entry) -> ReferenceSpec:
     """A registry entry as compare sees it: the first of its book runs."""
-    shape = entry.book_shape
+    book = book_reference(entry.name)
+    shape = book.shape
     return ReferenceSpec(
         entry.name,
         entry.family,
-        entry.book_runs[0] if entry.book_runs else None,
+        book.runs[0] if book.runs else None,
         prompts_per_rollout=shape.prompts_per_rollout,
         rollouts_per_prompt=shape.rollouts_per_prompt,
         accumulation_steps=shape.accumulation_steps,
         beta=shape.beta,
-        metrics=entry.book_metrics,
-        run_setup=entry.book_run_setup,
+        metrics=book.metrics,
+        run_setup=book.run_setup,
     )
 
 
