@@ -29,7 +29,13 @@ REWARDS: dict[str, RewardFunc] = {}
 
 
 def register(func: RewardFunc | None = None, *, name: str | None = None, replace: bool = False):
-    """Add a reward function under `name` (default: its __name__). Usable as a decorator."""
+    """Add a reward function under `name` (default: its __name__). Usable as a decorator.
+
+    The registration must run in every process that trains, before the recipe is read. With `recipes/run.py` (and
+    under `accelerate launch`), put the function in a module of this package, `rewards/<yours>.py`, and register it
+    in the loop below; or keep it in your own script that calls `rewards.register(f)` and then
+    `rlhf_recipes.train.main(["my_recipe.yaml", ...])` (its `reward_funcs` naming `f`), and launch that script
+    instead of recipes/run.py."""
 
     def add(f: RewardFunc) -> RewardFunc:
         key = name or f.__name__

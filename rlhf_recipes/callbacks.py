@@ -142,6 +142,17 @@ class LearningRateChange(TrainerCallback):
                     self.new, ratio)
 
 
+class RunCardCallback(TrainerCallback):
+    """The run folder's README.md is ours (model_card.py): written after TRL's draft, at every save."""
+
+    def __init__(self, write_card):
+        self.write_card = write_card
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write_card(f"saved up to checkpoint-{state.global_step}")
+
+
 class CheckpointManifestCallback(TrainerCallback):
     """Writes the checkpoint's manifest once every process has written its part (on_save runs after): every
     file's size and checksum, and `extra` (the settings the run used to get there, run_setup.py)."""

@@ -345,7 +345,7 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
     """The callbacks every run gets (imports transformers)."""
     from rlhf_recipes.callbacks import (
         CheckpointManifestCallback, HealthCallback, InterruptCallback, LearningRateChange, MetricsFileCallback,
-        StartedCallback,
+        RunCardCallback, StartedCallback,
     )
 
     interrupt = InterruptCallback()
@@ -354,7 +354,16 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
                             start_loss=first_logged_loss(folder.output_dir / "metrics.jsonl") if resume_step else None)
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / "metrics.jsonl",
-                 resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder))]
+                 resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder)),
+                 RunCardCallback(lambda state: write_run_card(recipe, folder.output_dir, state))]
     if folder.learning_rate_change and folder.checkpoint:
         callbacks.append(LearningRateChange(*folder.learning_rate_change))
     return callbacks, interrupt, health
+
+
+def write_run_card(recipe: Recipe, output_dir: Path, state: str) -> None:
+    """<output_dir>/README.md: the hub's metadata and a short card, in place of TRL's draft (model_card.py)."""
+    from rlhf_recipes.model_card import run_card
+
+    settings = read_run_config(output_dir) or dict(recipe.resolved)
+    atomic_write_text(output_dir / "README.md", run_card(settings, recipe.algorithm.name, output_dir, state))

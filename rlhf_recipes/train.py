@@ -17,7 +17,9 @@ from pathlib import Path
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.disk import disk_full
 from rlhf_recipes.quiet import explain_once, quiet_known_noise
-from rlhf_recipes.run_setup import configure_reporting, is_main_process, prepare_output_dir, run_callbacks
+from rlhf_recipes.run_setup import (
+    configure_reporting, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
+)
 from rlhf_recipes.validation import check_inputs
 
 logger = logging.getLogger("rlhf_recipes")
@@ -190,6 +192,7 @@ def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: f
         status = "interrupted" if interrupt.interrupted else "finished"
     if is_main_process():
         write_final_results(recipe, trainer, output_dir, wall, status=status, extra=extra)
+        write_run_card(recipe, output_dir, f"{status}, {trainer.state.global_step} optimizer steps")
         plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")
         if interrupt.interrupted:
             logger.warning("interrupted at step %d; continue with: python recipes/run.py %s --resume",

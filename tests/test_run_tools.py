@@ -212,6 +212,36 @@ def test_export_loads_with_plain_transformers_and_gives_the_runs_logits(runs, tm
     assert (runs / "finished" / "config.yaml").read_text().strip() in card
 
 
+def test_model_cards_carry_the_hubs_metadata_and_name_the_model(runs, tmp_path):
+    """The run folder's README.md was TRL's draft ("a fine-tuned version of [None]" for a model from a local folder,
+    no datasets); the exported card had no `datasets` or pipeline tag."""
+    from huggingface_hub import ModelCard
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data.sources import SOURCES
+    from rlhf_recipes.model_card import card_metadata
+
+    card = (runs / "interrupted" / "README.md").read_text()
+    assert "[None]" not in card and "interrupted, 2 optimizer steps" in card, card
+    data = ModelCard.load(runs / "interrupted" / "README.md").data
+    assert data.library_name == "transformers" and {"rlhf-recipes", "trl", "sft"} <= set(data.tags)
+    assert data.base_model is None and data.datasets is None  # the tiny profile: an embedded model and data
+
+    # A real recipe: its hub model and dataset, as the hub reads them.
+    real = card_metadata(load_recipe(["recipes/dpo.yaml"], construct=False).resolved, "dpo")
+    assert real.base_model == "allenai/OLMo-2-0425-1B-SFT"
+    assert real.datasets == [SOURCES["ultrafeedback"].hub_id] and "/" in real.datasets[0]
+    mine = card_metadata(load_recipe(["recipes/dpo.yaml", "--model_name_or_path", str(tmp_path),
+                                      "--data_files", "my.jsonl"], construct=False).resolved, "dpo")
+    assert mine.base_model is None and mine.datasets is None  # a local model and file are no hub ids
+
+    out = tmp_path / "exported"
+    assert _export(str(runs / "finished"), str(out)).returncode == 0
+    exported = ModelCard.load(out / "README.md").data
+    assert exported.library_name == "transformers" and exported.pipeline_tag == "text-generation"
+    assert "sft" in exported.tags
+
+
 def test_a_lora_runs_merged_export_equals_base_plus_adapter(runs, tmp_path):
     import torch
     from peft import PeftModel

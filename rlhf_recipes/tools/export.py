@@ -11,7 +11,11 @@ A LoRA policy is exported as its adapter (load it with peft's AutoPeftModelForCa
 --merge-lora merges it into the recipe's base model, loaded unquantized in the recipe's dtype; a LoRA
 reward model is exported from the merged copy its run saved. The tokenizer and its chat template come
 along, and README.md is a model card: the recipe, the paper and book chapter (registry), key settings,
-the final metrics and the evaluations in RUN_DIR/eval/. Only model files are written: no optimizer state.
+the final metrics and the evaluations in RUN_DIR/eval/, under the hub's metadata (base_model, datasets, tags,
+library_name). Only model files are written: no optimizer state.
+
+To the hub (after `hf auth login`, or HF_TOKEN set):  hf upload YOUR_NAME/REPO_NAME OUT
+(or, in Python, huggingface_hub.upload_folder(repo_id="YOUR_NAME/REPO_NAME", folder_path="OUT")).
 """
 
 from __future__ import annotations
@@ -78,14 +82,15 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
 def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
     from rlhf_recipes.registry import ALGORITHMS
 
+    from rlhf_recipes.model_card import card_metadata
+
     run, recipe = trained.run, trained.recipe
     algorithm = ALGORITHMS[recipe.algorithm.name]
     config = run.config
-    base = config.get("model_name_or_path")
-    front = ["---", "library_name: " + ("peft" if summary["adapter"] else "transformers"),
-             f"base_model: {base}" if base and base != "tiny" else None,
-             "tags:", "- rlhf-recipes", "- trl", f"- {algorithm.name}", "---"]
-    lines = [line for line in front if line is not None]
+    pipeline = ("token-classification" if "TokenClassification" in summary["form"] else "text-classification"
+                if "SequenceClassification" in summary["form"] else "text-generation")
+    data = card_metadata(config, algorithm.name, adapter=summary["adapter"], pipeline_tag=pipeline)
+    lines = ["---", data.to_yaml(), "---"]
     lines += [
         f"# {run.path.name}: {algorithm.name}", "",
         f"Trained with rlhf-recipes' `{algorithm.name}` recipe: {algorithm.paper}; chapter {algorithm.chapter} of "
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = export(trained, args.out, args.merge_lora)
-    print(f"exported {summary['source']} to {args.out}: {summary['form']}")
+    print(f"exported {summary['source']} to {args.out}: {summary['form']}\n"
+          f"to the hub: hf upload YOUR_NAME/REPO_NAME {args.out}")
     return 0
 
 
