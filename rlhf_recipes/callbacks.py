@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 
 from rlhf_recipes.checkpoints import write_manifest
 from rlhf_recipes.disk import atomic_write_text
-from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_folder import read_metrics
 
 logger = logging.getLogger(__name__)
 

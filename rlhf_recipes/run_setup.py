@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlhf_recipes.checkpoints import (
     checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir, read_manifest, settings_hash,
 )
 from rlhf_recipes.config import Recipe, RecipeError
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.paths import unwritable_reason
-from rlhf_recipes.report import read_metrics, write_config
+from rlhf_recipes.run_folder import (
+    CONFIG_FILE, FINAL_RESULTS_FILE, METRICS_FILE, read_config, read_metrics, run_finished, write_config,
+)
 from rlhf_recipes.run_lock import HOLDER_FILE, LOCK_FILE, RunLock
 
 CONSOLE_LOG = "console.log"  # the main process's console, kept with the run (console_log.py)
@@ -54,13 +54,6 @@ HARMLESS_ON_RESUME = frozenset({
 
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def read_run_config(output_dir: Path) -> dict[str, Any] | None:
-    path = output_dir / "config.yaml"
-    if not path.exists():
-        return None
-    return yaml.safe_load(path.read_text()) or {}
 
 
 def meaning_hash(settings: dict[str, Any]) -> str:
@@ -106,7 +99,7 @@ class RunFolder:
         if self.lock is None:
             self._created_dir = not self.output_dir.exists()
         replace = (recipe.args.overwrite and not recipe.args.resume) or self.replace_previous
-        if replace and (self.output_dir / "config.yaml").exists():
+        if replace and (self.output_dir / CONFIG_FILE).exists():
             self._aside = self.output_dir.parent / f".{self.output_dir.name}.overwritten"
             if self._aside.exists():
                 shutil.rmtree(self._aside)
@@ -114,7 +107,7 @@ class RunFolder:
             for entry in self.output_dir.iterdir():
                 if entry.name not in LOCK_FILES:  # the lock stays: this start holds it
                     entry.rename(self._aside / entry.name)
-        config = self.output_dir / "config.yaml"
+        config = self.output_dir / CONFIG_FILE
         self._previous_config = config.read_text() if config.exists() else None
         if config.exists():
             self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
@@ -167,11 +160,11 @@ class RunFolder:
     def _put_back(self) -> None:
         if not is_main_process() or not self._wrote_config:
             return
-        config = self.output_dir / "config.yaml"
+        config = self.output_dir / CONFIG_FILE
         if self._previous_config is not None:
             atomic_write_text(config, self._previous_config)
             # Its time too: config.yaml newer than final_results.json means "a start in progress" to the tools
-            # (rlhf_recipes/tools/run_folder.py), and this start never happened.
+            # (rlhf_recipes/run_folder.py), and this start never happened.
             os.utime(config, ns=self._previous_config_times)
         elif config.exists():
             config.unlink()
@@ -217,7 +210,7 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         folder.auto = True
         folder.checkpoint = _resume_or_start(output_dir)
         if folder.checkpoint is None:
-            folder.replace_previous = is_main_process() and (output_dir / "config.yaml").exists()
+            folder.replace_previous = is_main_process() and (output_dir / CONFIG_FILE).exists()
         else:
             _compare_settings(recipe, folder, checkpoint_step(folder.checkpoint))
         return
@@ -256,7 +249,7 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         folder.checkpoint = checkpoint
         _compare_settings(recipe, folder, step)
     # Only the main process judges: the others would see the config.yaml it has just written.
-    elif is_main_process() and (output_dir / "config.yaml").exists() and not recipe.args.overwrite:
+    elif is_main_process() and (output_dir / CONFIG_FILE).exists() and not recipe.args.overwrite:
         raise RecipeError(
             f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
             "or pick another --output_dir."
@@ -267,21 +260,18 @@ def _resume_or_start(output_dir: Path) -> Path | None:
     """--resume auto: the newest complete checkpoint, or None (start: none is there, or none verifies, so nothing
     of the old start can be continued); a finished run is refused, since rerunning the same command must not train
     it a second time."""
-    results = output_dir / "final_results.json"
-    if results.exists():
-        import json
-
-        try:
-            status = json.loads(results.read_text()).get("status", "finished")
-        except (OSError, ValueError):
-            status = None
-        if status == "finished":
-            raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({results}); nothing to resume. Use "
-                              "its model as it is, start over with --overwrite, or pick another --output_dir")
+    try:
+        finished = run_finished(output_dir)
+    except (OSError, ValueError):  # unreadable: not a finished run
+        finished = False
+    if finished:
+        raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({output_dir / FINAL_RESULTS_FILE}); "
+                          "nothing to resume. Use its model as it is, start over with --overwrite, or pick another "
+                          "--output_dir")
     point = find_resumable_checkpoint(output_dir, checksums=is_main_process())
     for skipped, reason in point.skipped:
         logger.warning("--resume auto: skipping %s: %s", skipped, reason)
-    if point.checkpoint is None and (output_dir / "config.yaml").exists() and is_main_process():
+    if point.checkpoint is None and (output_dir / CONFIG_FILE).exists() and is_main_process():
         logger.warning("--resume auto: no complete checkpoint in %s: starting the run over", output_dir)
     return point.checkpoint
 
@@ -292,7 +282,7 @@ def _compare_settings(recipe: Recipe, folder: RunFolder, step: int) -> None:
     computes (a command-line value, or config.yaml edited by hand) is refused, naming each key, unless
     --allow_changes: then config.yaml and the next checkpoints' manifests record it with the step it took effect."""
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
-    config = read_run_config(output_dir)
+    config = read_config(output_dir)
     manifest = read_manifest(checkpoint) or {}
     used = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else config
     if used is None:
@@ -351,9 +341,9 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
     interrupt = InterruptCallback()
     resume_step = checkpoint_step(folder.checkpoint) if folder.checkpoint else None
     health = HealthCallback(stop=recipe.args.stop_on_health_warning,
-                            start_loss=first_logged_loss(folder.output_dir / "metrics.jsonl") if resume_step else None)
+                            start_loss=first_logged_loss(folder.output_dir / METRICS_FILE) if resume_step else None)
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
-    callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / "metrics.jsonl",
+    callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / METRICS_FILE,
                  resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder)),
                  RunCardCallback(lambda state: write_run_card(recipe, folder.output_dir, state))]
     if folder.learning_rate_change and folder.checkpoint:
@@ -365,5 +355,5 @@ def write_run_card(recipe: Recipe, output_dir: Path, state: str) -> None:
     """<output_dir>/README.md: the hub's metadata and a short card, in place of TRL's draft (model_card.py)."""
     from rlhf_recipes.model_card import run_card
 
-    settings = read_run_config(output_dir) or dict(recipe.resolved)
+    settings = read_config(output_dir) or dict(recipe.resolved)
     atomic_write_text(output_dir / "README.md", run_card(settings, recipe.algorithm.name, output_dir, state))

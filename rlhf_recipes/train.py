@@ -17,6 +17,7 @@ from pathlib import Path
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.disk import disk_full
 from rlhf_recipes.quiet import explain_once, quiet_known_noise
+from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
 from rlhf_recipes.run_setup import (
     configure_reporting, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
 )
@@ -24,7 +25,6 @@ from rlhf_recipes.validation import check_inputs
 
 logger = logging.getLogger("rlhf_recipes")
 
-EXIT_INTERRUPTED = 130
 EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full disk)
 
@@ -150,7 +150,7 @@ def build(recipe, folder, extra_callbacks: tuple = ()):
 
 
 def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
-    from rlhf_recipes.report import write_final_results
+    from rlhf_recipes.run_folder import write_final_results
 
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
     start = time.time()
@@ -180,7 +180,8 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
 
 def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: float) -> int:
     """Training ended without an error: the final model, final_results.json, curves.png."""
-    from rlhf_recipes.report import plot_curves, write_final_results
+    from rlhf_recipes.report import plot_curves
+    from rlhf_recipes.run_folder import write_final_results
 
     stopped = interrupt.interrupted or health.stopped_because is not None
     if not stopped:
@@ -196,11 +197,11 @@ def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: f
         plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")
         if interrupt.interrupted:
             logger.warning("interrupted at step %d; continue with: python recipes/run.py %s --resume",
-                           trainer.state.global_step, output_dir / "config.yaml")
+                           trainer.state.global_step, output_dir / CONFIG_FILE)
         elif health.stopped_because:
             logger.error("stopped by stop_on_health_warning: %s", health.stopped_because)
         else:
-            logger.info("done: %s", output_dir / "final_results.json")
+            logger.info("done: %s", output_dir / FINAL_RESULTS_FILE)
     # Ranks leave together and close the process group themselves: a rank that exits while another
     # still writes results can abort in the communication backend's teardown.
     trainer.accelerator.wait_for_everyone()
@@ -214,7 +215,7 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
     """A failure the run understands (non-finite numbers, a full disk): final_results.json says failed, at which
     step, and which checkpoint is the last good one; the console gets one line, no traceback."""
     from rlhf_recipes.checkpoints import find_resumable_checkpoint
-    from rlhf_recipes.report import write_final_results
+    from rlhf_recipes.run_folder import write_final_results
 
     point = find_resumable_checkpoint(output_dir)
     if full_disk and is_main_process():

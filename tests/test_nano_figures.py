@@ -47,7 +47,7 @@ def test_the_five_book_figures_are_in_the_registry_with_their_algorithms():
                                     "self_distillation"])
 def test_book_figure_keys_are_logged_by_the_shipped_runs(family):
     from rlhf_recipes.registry import family_named
-    from rlhf_recipes.report import read_metrics
+    from rlhf_recipes.run_folder import read_metrics
 
     figure = family_named(family).book_figure
     runs = _shipped_runs(figure)

@@ -132,7 +132,7 @@ def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp
     +0.082 [+0.057, ...] / +0.086 [+0.058, ...] / +0.097 [+0.067, ...], ~1 min each: the floors (each paired
     interval above zero) clear the lowest seed's low ends by 7.5 points and 0.057; the test's seed is fixed."""
     from conftest import assert_base_unmoved
-    from rlhf_recipes.report import read_metrics
+    from rlhf_recipes.run_folder import read_metrics
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main
 

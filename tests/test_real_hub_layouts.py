@@ -130,7 +130,7 @@ def test_an_hh_pair_whose_last_reply_is_empty_is_dropped():
 
 def test_hub_rows_that_do_not_fit_are_dropped_counted_and_named(tmp_path, caplog):
     """A hub-like dataset folder (train.jsonl), read as a real run reads `dataset_name`, shuffled by hh_rm.yaml."""
-    from rlhf_recipes.report import write_final_results
+    from rlhf_recipes.run_folder import write_final_results
 
     write_jsonl(tmp_path / "hh" / "train.jsonl", _hh_rows())
     recipe = real_recipe("hh_rm.yaml", "--dataset_name", str(tmp_path / "hh"),

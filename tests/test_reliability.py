@@ -71,7 +71,7 @@ def test_an_export_destination_that_cannot_be_written_is_named_before_loading(tm
 
 
 def test_a_learning_rate_that_makes_the_weights_nan_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
-    from rlhf_recipes.tools.run_folder import SavedRun
+    from rlhf_recipes.run_folder import SavedRun
 
     out = tmp_path / "run"
     # A real divergence: 1e30 makes step 1's update overflow the next forward pass, so step 2 writes NaN weights
@@ -143,7 +143,7 @@ def test_a_full_disk_while_saving_a_checkpoint_fails_in_one_line_and_resume_cont
 
     import torch
 
-    from rlhf_recipes.tools.run_folder import SavedRun
+    from rlhf_recipes.run_folder import SavedRun
 
     real_save = torch.save
 
@@ -178,7 +178,7 @@ def test_a_result_file_on_a_full_filesystem_is_never_left_empty(tmp_path):
     from types import SimpleNamespace
 
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.report import write_final_results
+    from rlhf_recipes.run_folder import write_final_results
 
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -206,7 +206,7 @@ def test_a_result_file_on_a_full_filesystem_is_never_left_empty(tmp_path):
 
 
 def test_a_metrics_row_torn_by_a_full_disk_is_skipped_where_rows_are_read(tmp_path):
-    from rlhf_recipes.report import read_metrics as rows
+    from rlhf_recipes.run_folder import read_metrics as rows
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n{"step": 2, "lo')
     assert rows(tmp_path / "metrics.jsonl") == [{"step": 1, "loss": 0.7}]
@@ -257,7 +257,7 @@ def test_a_second_process_is_refused_while_the_run_lives_and_takes_over_once_it_
 
     from conftest import ROOT
 
-    from rlhf_recipes.tools.run_folder import SavedRun
+    from rlhf_recipes.run_folder import SavedRun
 
     out = tmp_path / "run"
     first = _start(*tiny("dpo.yaml", out, "--max_steps", "100000", "--save_strategy", "steps", "--save_steps", "2"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_recipe
 
-from rlhf_recipes.tools.run_folder import SavedRun, folder_bytes
+from rlhf_recipes.run_folder import SavedRun, folder_bytes
 
 EVAL = {"name": "gsm8k", "algorithm": "sft", "family": "sft", "metrics": {"accuracy": 0.41, "n": 200},
         "baseline": {"accuracy": 0.37, "n": 200},

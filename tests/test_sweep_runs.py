@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_folder import read_metrics
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")

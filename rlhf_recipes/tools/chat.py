@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from rlhf_recipes.tools.run_folder import RunFolderError
+from rlhf_recipes.run_folder import RunFolderError
 from rlhf_recipes.tools.surroundings import SurroundingsError, check_device, check_port_free, port_message, require
 from rlhf_recipes.tools.trained_model import TrainedModel, load_base, open_trained_model
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.run_folder import CONFIG_FILE, EVAL_SUBDIR, has_config
 
 SPLITS = ("heldout", "eval", "all")  # eval: the former name of heldout (the reward models' held-out split)
 
@@ -38,8 +39,8 @@ def find_recipe(model: Path, given: str | None) -> str:
     if given:
         return given
     for folder in (model, model.parent):  # a run's output dir, or a checkpoint inside one
-        if (folder / "config.yaml").is_file():
-            return str(folder / "config.yaml")
+        if has_config(folder):
+            return str(folder / CONFIG_FILE)
     if not model.exists():
         raise RecipeError(f"{model}: no such run folder or model; give a run's output directory, a checkpoint in "
                           "one, or a model path with --recipe RECIPE.yaml")
@@ -48,11 +49,11 @@ def find_recipe(model: Path, given: str | None) -> str:
 
 def default_output(model: Path, name: str) -> Path:
     """RUN_DIR/eval/<name>.json; a checkpoint inside a run: RUN_DIR/eval/<name>-checkpoint-N.json."""
-    if (model.parent / "config.yaml").is_file() and not (model / "config.yaml").is_file():
-        return model.parent / "eval" / f"{name}-{model.name}.json"
+    if has_config(model.parent) and not has_config(model):
+        return model.parent / EVAL_SUBDIR / f"{name}-{model.name}.json"
     if not model.is_dir():
         raise RecipeError(f"{model} is not a folder to write eval/{name}.json into: pass --output FILE.json")
-    return model / "eval" / f"{name}.json"
+    return model / EVAL_SUBDIR / f"{name}.json"
 
 
 def check_model(model: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import unwritable_reason
-from rlhf_recipes.tools.run_folder import RunFolderError
+from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
 
@@ -80,9 +80,8 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
 
 
 def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
-    from rlhf_recipes.registry import ALGORITHMS
-
     from rlhf_recipes.model_card import card_metadata
+    from rlhf_recipes.registry import ALGORITHMS
 
     run, recipe = trained.run, trained.recipe
     algorithm = ALGORITHMS[recipe.algorithm.name]
@@ -120,7 +119,7 @@ def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
                             f"{diff.get('high', float('nan')):+.4g}]" if isinstance(diff, dict) and "value" in diff
                             else "-")
                 lines.append(f"| {ev['name']} | {metric} | {_cell(value)} | {_cell(baseline)} | {interval} |")
-    recipe_text = (run.path / "config.yaml").read_text()
+    recipe_text = (run.path / CONFIG_FILE).read_text()
     lines += ["", "## Recipe", "", "The run's resolved recipe (its `config.yaml`); `python recipes/run.py config.yaml` "
               "re-runs it in an rlhf-recipes checkout.", "", "```yaml", recipe_text.rstrip(), "```", ""]
     return "\n".join(lines)

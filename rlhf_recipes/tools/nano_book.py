@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import recipe_path
-from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_folder import EXIT_INTERRUPTED, read_metrics, read_results
 from rlhf_recipes.json_safe import json_safe
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
@@ -152,7 +152,7 @@ def wall_seconds(run: Path) -> float:
     timing = run / WALL_FILE
     if timing.exists():
         return json.loads(timing.read_text())["wall_s"]
-    return json.loads((run / "final_results.json").read_text())["wall_seconds"]
+    return read_results(run)["wall_seconds"]
 
 
 def record_wall(outcome) -> None:
@@ -163,7 +163,7 @@ def record_wall(outcome) -> None:
 def curves(run: Path, heldout: tuple[str, ...], training: str, book: tuple[str, ...] = ()) -> dict[str, Any]:
     """(step, value) of each periodic held-out metric, of the training metric and of the book's figure's metrics
     (`book`: our keys of its panels other than the training metric)."""
-    rows = read_metrics(run / "metrics.jsonl")
+    rows = read_metrics(run)
     return {"heldout": {m: [(r["step"], r[f"eval/{m}"]) for r in rows if f"eval/{m}" in r] for m in heldout},
             "training": [(r["step"], r[training]) for r in rows if training in r],
             "book": {k: [(r["step"], r[k]) for r in rows if k in r] for k in book}}
@@ -352,7 +352,7 @@ def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title:
     failed = [o for o in outcomes if o.status != "finished"]
     for o in failed:  # the others stay reusable: the same command again runs only these
         print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    return (130 if executor.stopped else 1) if failed else 0, outcomes
+    return (EXIT_INTERRUPTED if executor.stopped else 1) if failed else 0, outcomes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
-from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_folder import METRICS_FILE, has_metrics, read_metrics, read_results
 
 SMOOTH = 10  # logs per running mean, as nano-book ...
 SMOOTH_FROM = 50  # ... for runs of at least this many logs: a shorter one (the base logs 27 times) is drawn raw
@@ -90,14 +90,13 @@ def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
 
 def read_run(name: str, folder: Path, figure) -> dict[str, Any]:
     """One run's curves of the figure's keys and its held-out numbers."""
-    if not (folder / "metrics.jsonl").exists():
-        raise FileNotFoundError(f"{folder} has no metrics.jsonl: not a finished run (train it with "
+    if not has_metrics(folder):
+        raise FileNotFoundError(f"{folder} has no {METRICS_FILE}: not a finished run (train it with "
                                 f"`rlhf-recipes nano-figures --figure {figure.name}`)")
-    rows = read_metrics(folder / "metrics.jsonl")
+    rows = read_metrics(folder)
     keys = [k for _, k in figure.panels] + ([figure.heldout_curve] if figure.heldout_curve else [])
     out: dict[str, Any] = {"name": name, "curves": {k: series(rows, k) for k in keys}}
-    results = folder / "final_results.json"
-    final = json.loads(results.read_text(encoding="utf-8")) if results.exists() else {}
+    final = read_results(folder) or {}
     out["wall_s"] = final.get("wall_seconds")
     if figure.heldout_final:
         after, before = figure.heldout_final

@@ -33,7 +33,7 @@ from typing import Any
 
 from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
-from rlhf_recipes.report import run_finished
+from rlhf_recipes.run_folder import has_config, has_metrics, read_results, run_finished
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -
         from rlhf_recipes.train import main as train
 
         logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
-        restart = ["--overwrite"] if (out / "config.yaml").exists() else []
+        restart = ["--overwrite"] if has_config(out) else []
         code, log = train([*argv, *restart]), "its log"
     else:
         from rlhf_recipes.tools.sweep.executor import Job, run_one
@@ -356,7 +356,7 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
 
     from rlhf_recipes.tools.compare.load import load_run
 
-    loaded = {m: load_run(p, m) for m, p in runs.items() if (p / "metrics.jsonl").exists()}
+    loaded = {m: load_run(p, m) for m, p in runs.items() if has_metrics(p)}
     colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(
         [r["method"] for r in rows])}
     pairs = tuple(m for m in runs if m not in rm_methods)  # trained on the RM's pairs, without it
@@ -443,11 +443,11 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
     for row in rows:
         run = runs.get(row["method"])
         if run is not None:
-            final = json.loads((run / "final_results.json").read_text())
+            final = read_results(run)
             row["steps"] = final.get("steps")
             row["train_wall_seconds"] = final.get("wall_seconds")
 
-    rm_final = json.loads((rm_out / "final_results.json").read_text())
+    rm_final = read_results(rm_out)
     header = (f"{pipeline.description}\nreward model: {rm_out} (held-out pairwise accuracy "
               f"{rm_final.get('evaluation', {}).get('accuracy', float('nan')):.3f}); {len(prompts)} held-out prompts, "
               f"temperature {options.eval_temperature}, up to {max_new} new tokens")

@@ -29,6 +29,7 @@ from typing import Iterator
 
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.preflight import OK, STOP, WARN, Finding, no_gpu_fix
+from rlhf_recipes.run_folder import has_config
 from rlhf_recipes.tools.planner.launch import Launch
 
 COLOURS = {OK: "green", WARN: "yellow", STOP: "red"}
@@ -232,7 +233,7 @@ def _output_dir(recipe) -> Finding:
     if problem:
         raise RecipeError(f"{recipe.where('output_dir')} {folder} cannot be written: {problem}. Pick another "
                           "--output_dir")
-    if (Path(folder) / "config.yaml").exists() and not recipe.args.resume and not recipe.args.overwrite:
+    if has_config(Path(folder)) and not recipe.args.resume and not recipe.args.overwrite:
         raise RecipeError(f"{folder} already holds a run. Continue it with --resume, start over with --overwrite, "
                           "or pick another --output_dir")
     return Finding(OK, "output", f"{folder} can be written")

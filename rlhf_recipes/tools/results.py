@@ -13,9 +13,10 @@ the book's numbers are graded by its own rule, boxed_rule book.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
+
+from rlhf_recipes.run_folder import FINAL_RESULTS_FILE, read_results
 
 BASE_PREFIX = "base_"  # final_results.json key of the same metric measured on the base model
 
@@ -26,10 +27,9 @@ def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, A
 
     out = []
     for run in run_dirs:
-        path = Path(run) / "final_results.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{run}: no final_results.json (is the run finished?)")
-        results = json.loads(path.read_text())
+        results = read_results(Path(run))
+        if results is None:
+            raise FileNotFoundError(f"{run}: no {FINAL_RESULTS_FILE} (is the run finished?)")
         reference = book_reference(canonical_name(str(results.get("algorithm", ""))))
         book = reference.results
         out.append({"run": str(run), "algorithm": results.get("algorithm"), "status": results.get("status"),

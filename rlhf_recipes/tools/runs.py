@@ -25,8 +25,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from rlhf_recipes.run_folder import Checkpoint, SavedRun, find_runs
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
-from rlhf_recipes.tools.run_folder import Checkpoint, SavedRun, find_runs
 
 DEFAULT_ROOT = "outputs"
 

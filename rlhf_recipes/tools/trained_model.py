@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.checkpoints import is_checkpoint_dir
-from rlhf_recipes.tools.run_folder import RunFolderError, SavedRun
+from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError, SavedRun
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -130,9 +130,9 @@ def open_trained_model(path: str | Path, checkpoint: str | None = None, *, requi
                                  f"final model; {offer}")
         folder = run.path
     try:
-        recipe = load_recipe([str(run.path / "config.yaml")], construct=False)
+        recipe = load_recipe([str(run.path / CONFIG_FILE)], construct=False)
     except RecipeError as e:
-        raise RunFolderError(f"{run.path / 'config.yaml'}: {e}") from None
+        raise RunFolderError(f"{run.path / CONFIG_FILE}: {e}") from None
     reward_model = family_of(recipe.algorithm).trains_reward_model
     has_weights = any((folder / n).is_file() for n in ("config.json", ADAPTER_CONFIG)) or (
         reward_model and (folder / "merged" / "config.json").is_file())

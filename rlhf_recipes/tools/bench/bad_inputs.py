@@ -79,7 +79,7 @@ def _edited_config(repo: Path, scratch: Path) -> None:
     """{s}/edited: a tiny DPO run folder with a checkpoint saved at beta 0.1, then config.yaml edited to 0.5."""
     from rlhf_recipes.checkpoints import write_manifest
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.report import write_config
+    from rlhf_recipes.run_folder import write_config
     from rlhf_recipes.run_setup import RunFolder, manifest_settings
 
     out = scratch / "edited"

@@ -22,11 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlhf_recipes.run_folder import METRICS_FILE, read_config, read_results
 from rlhf_recipes.tools.compare.errors import CompareError
 
-METRICS_FILE = "metrics.jsonl"
-FINAL_RESULTS_FILE = "final_results.json"
-CONFIG_FILE = "config.yaml"
 NANO_PROFILE = "nano"  # config.PROFILES: the profile whose runs have recorded references of their own
 # Keys of a metrics.jsonl row that index it rather than measure anything.
 BOOKKEEPING_KEYS = ("step", "epoch")
@@ -99,11 +97,8 @@ def read_metrics_jsonl(path: Path) -> pd.DataFrame:
 
 
 def _config_value(run_dir: Path, key: str) -> str | None:
-    config = run_dir / CONFIG_FILE
-    if config.exists():
-        import yaml  # deferred: only runs with a config need it
-
-        data = yaml.safe_load(config.read_text()) or {}
+    data = read_config(run_dir)
+    if data is not None:
         if isinstance(data, dict) and data.get(key):
             return str(data[key])
     return None
@@ -111,9 +106,9 @@ def _config_value(run_dir: Path, key: str) -> str | None:
 
 def run_algorithm(run_dir: Path) -> str | None:
     """The algorithm a run trained, from final_results.json, else config.yaml."""
-    results = run_dir / FINAL_RESULTS_FILE
-    if results.exists():
-        algorithm = json.loads(results.read_text()).get("algorithm")
+    results = read_results(run_dir)
+    if results is not None:
+        algorithm = results.get("algorithm")
         if algorithm:
             return str(algorithm)
     return _config_value(run_dir, "algorithm")
@@ -132,8 +127,7 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
             f"{run_dir} is not a run folder: {METRICS_FILE} is missing there. Pass the "
             f"--output_dir of `recipes/run.py` (the folder holding {METRICS_FILE})."
         )
-    results_path = run_dir / FINAL_RESULTS_FILE
-    final_results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    final_results = read_results(run_dir) or {}
     return LocalRun(
         path=run_dir,
         label=label or run_dir.name,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlhf_recipes.paths import REFERENCE_RUNS_DIR
 from rlhf_recipes.registry import canonical_name
+from rlhf_recipes.run_folder import has_metrics
 from rlhf_recipes.tools.compare.errors import CompareError
 from rlhf_recipes.tools.compare.load import NANO_PROFILE, run_algorithm, run_profile
 from rlhf_recipes.tools.compare.report import CompareReport, compare_local_runs
@@ -27,9 +28,9 @@ LABEL_PREFIX = "project nano run: "
 
 def recorded_runs(folder: Path) -> list[Path]:
     """The recorded runs of one algorithm's folder: the folder itself (one seed) or its seed-<s> folders."""
-    if (folder / "metrics.jsonl").exists():
+    if has_metrics(folder):
         return [folder]
-    seeds = [p for p in folder.glob("seed-*") if p.name[5:].isdigit() and (p / "metrics.jsonl").exists()]
+    seeds = [p for p in folder.glob("seed-*") if p.name[5:].isdigit() and has_metrics(p)]
     return sorted(seeds, key=lambda p: int(p.name[5:]))  # seed-2 before seed-10
 
 

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_recipes.config import RecipeError
     from rlhf_recipes.json_safe import json_safe
     from rlhf_recipes.models import resolve_model_path
-    from rlhf_recipes.report import run_finished
+    from rlhf_recipes.run_folder import EXIT_INTERRUPTED, run_finished
     from rlhf_recipes.tools.overoptimization.report import plot, tables
     from rlhf_recipes.tools.sweep.executor import check_settings, default_workers
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     base = resolve_model_path(profile.name)  # built once, before the runs (each would wait on the build's lock)
     outcomes, stopped = train(profile, args.out, workers)
     if stopped:
-        return 130
+        return EXIT_INTERRUPTED
     failed = [o for o in outcomes if o.status != "finished"]
     for o in failed:  # the report goes on with what finished; the same command again retries these
         print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)

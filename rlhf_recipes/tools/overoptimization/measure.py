@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.checkpoints import read_manifest
+from rlhf_recipes.run_folder import read_results
 
 
 def heldout(profile: str, problems: int):
@@ -148,10 +150,9 @@ def measure_base(out: Path, profile: str, base: str, proxies: dict[str, str], pr
 
 def checkpoints(run: Path) -> list[tuple[int, Path]]:
     """(step, folder) of the run's complete checkpoints, and its final model if no checkpoint holds its last step."""
-    found = sorted((int(c.name.split("-")[1]), c) for c in run.glob("checkpoint-*")
-                   if (c / "checkpoint_manifest.json").exists())
-    results = run / "final_results.json"  # absent while the run trains: its checkpoints so far
-    final = json.loads(results.read_text(encoding="utf-8")).get("steps") if results.exists() else None
+    found = sorted((int(c.name.split("-")[1]), c) for c in run.glob("checkpoint-*") if read_manifest(c) is not None)
+    results = read_results(run)  # absent while the run trains: its checkpoints so far
+    final = results.get("steps") if results else None
     if final and final not in {s for s, _ in found}:
         found.append((int(final), run))
     return found

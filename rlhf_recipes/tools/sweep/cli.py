@@ -104,9 +104,13 @@ def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
+    from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
     from rlhf_recipes.tools.sweep import report
     from rlhf_recipes.tools.sweep.executor import (
-        EXIT_STILL_RUNNING, STILL_RUNNING, Executor, check_settings, default_workers,
+        STILL_RUNNING,
+        Executor,
+        check_settings,
+        default_workers,
     )
 
     try:
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"still running: {o.job.name}: {o.error}", file=sys.stderr)
     print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
     if executor.stopped:
-        return 130
+        return EXIT_INTERRUPTED
     return 1 if failed else EXIT_STILL_RUNNING if elsewhere else 0
 
 

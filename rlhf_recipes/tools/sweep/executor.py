@@ -33,12 +33,12 @@ from typing import Callable
 from rlhf_recipes.checkpoints import find_resumable_checkpoint
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.paths import RECIPES_DIR
-from rlhf_recipes.report import FINAL_RESULTS, run_finished
+from rlhf_recipes.run_folder import (
+    EXIT_INTERRUPTED, FINAL_RESULTS_FILE, has_config, read_config, read_results, run_finished,
+)
 from rlhf_recipes.run_lock import live_holder
-from rlhf_recipes.run_setup import meaning_changes, read_run_config
+from rlhf_recipes.run_setup import meaning_changes
 
-EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
-EXIT_STILL_RUNNING = 75  # EX_TEMPFAIL: some runs are still running in another process; try again when they end
 STILL_RUNNING = "still running"
 
 
@@ -70,18 +70,18 @@ class Outcome:
 
 def next_step(job: Job, overwrite: bool = False) -> str:
     """done | evaluate | resume | restart | train: what carries the job's folder to done (overwrite: start over)."""
-    if overwrite and (job.folder / "config.yaml").exists():
+    if overwrite and has_config(job.folder):
         return "restart"
     if run_finished(job.folder):
         return "evaluate" if job.evaluate is not None and not job.eval_output.exists() else "done"
-    if not (job.folder / "config.yaml").exists():
+    if not has_config(job.folder):
         return "train"
     return "resume" if find_resumable_checkpoint(job.folder).checkpoint is not None else "restart"
 
 
 def check_settings(job: Job) -> None:
     """The run already in the job's folder computes what the job asks; else a RecipeError naming the keys."""
-    old = read_run_config(job.folder)
+    old = read_config(job.folder)
     if old is None:
         return
     from rlhf_recipes.config import load_recipe
@@ -177,8 +177,8 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
                            "stopped by a signal; the next invocation resumes it from its checkpoint")
         if code != 0 or not run_finished(job.folder):
             return Outcome(job, "failed", did, time.perf_counter() - begin,
-                           f"training exited {code}" + ("" if (job.folder / FINAL_RESULTS).exists()
-                                                        else " before writing final_results.json"))
+                           f"training exited {code}" + ("" if read_results(job.folder) is not None
+                                                        else f" before writing {FINAL_RESULTS_FILE}"))
     if job.evaluate is not None and not stopping():
         code = _run_logged(evaluate_command(job), job.log, env, started)
         if code != 0 or not job.eval_output.exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.report import read_metrics
+from rlhf_recipes.run_folder import read_metrics
 
 
 def running_mean(values: list[float], window: int) -> list[float]:
@@ -29,7 +29,7 @@ def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[
     for r in records:
         if r["status"] != "finished":
             continue
-        rows = read_metrics(sweep_dir / r["folder"] / "metrics.jsonl")
+        rows = read_metrics(sweep_dir / r["folder"])
         points = [(row["step"], row[metric]) for row in rows if isinstance(row.get(metric), (int, float))]
         if points:
             out.setdefault(r["cell"], {})[r["seed"]] = points

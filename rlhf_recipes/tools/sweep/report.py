@@ -20,6 +20,7 @@ from typing import Any
 
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.json_safe import json_safe
+from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
 from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
 
@@ -31,11 +32,10 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
     folder = sweep_dir / run.relpath
     record: dict[str, Any] = {"cell": run.cell, "params": run.params, "seed": run.seed, "folder": str(run.relpath),
                               "log": f"{run.relpath}.log", "metrics": {}}
-    results_path = folder / "final_results.json"
-    if not results_path.exists():
-        record["status"] = "started" if (folder / "config.yaml").exists() else "not run"
+    results = read_results(folder)
+    if results is None:
+        record["status"] = "started" if has_config(folder) else "not run"
         return record
-    results = json.loads(results_path.read_text())
     record["status"] = results.get("status", "finished")
     record["wall_s"] = results.get("wall_seconds")
     for key, value in (results.get("final_metrics") or {}).items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
 from rlhf_recipes.tools.sweep.executor import run_one
 from rlhf_recipes.tools.sweep.slurm import read_job
 
@@ -18,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     outcome = run_one(job, launcher)
     error = f": {outcome.error}" if outcome.error else ""
     print(f"{outcome.status} {job.name} ({outcome.did}, {outcome.wall_s:.0f} s){error}; log: {job.log}")
-    return {"finished": 0, "interrupted": 130, "still running": 75}.get(outcome.status, 1)
+    return {"finished": 0, "interrupted": EXIT_INTERRUPTED, "still running": EXIT_STILL_RUNNING}.get(outcome.status, 1)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""What a run folder holds, read through the runner's own helpers: the tools' one view of a run.
+"""The run folder, the one contract between the runner and every tool: its file names, its writers and its reader.
 
 A run folder is what `recipes/run.py` writes: config.yaml (the resolved recipe, written first, and
 rewritten by every start, a --resume included), metrics.jsonl, checkpoint-<step>/ folders (complete once
 their manifest is written, checkpoints.py), the trained model, final_results.json (written last, with
-`status`: finished / interrupted / stopped / failed) and, when an evaluation has run, eval/<name>.json.
+`status`: finished / interrupted / stopped / failed), curves.png and, when an evaluation has run,
+eval/<name>.json. Nothing else spells these names.
 
 "Being written": a run whose latest start (config.yaml's time) has no final_results.json written after
 it. The runner writes final_results.json however training ends (an exception included), so such a
@@ -24,15 +25,122 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.checkpoints import checkpoint_step, incomplete_reason, is_checkpoint_dir
-from rlhf_recipes.report import read_metrics
-from rlhf_recipes.run_lock import Holder
-from rlhf_recipes.run_setup import read_run_config
+import yaml
 
+from rlhf_recipes.checkpoints import checkpoint_step, incomplete_reason, is_checkpoint_dir
+from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.run_lock import Holder
+
+CONFIG_FILE = "config.yaml"  # the resolved recipe, re-runnable as it is
+METRICS_FILE = "metrics.jsonl"  # one row per log event
+FINAL_RESULTS_FILE = "final_results.json"  # written last, however training ended
+CURVES_FILE = "curves.png"
 EVAL_SUBDIR = "eval"  # RUN_DIR/eval/<name>.json: one evaluation's results
+EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
+EXIT_STILL_RUNNING = 75  # EX_TEMPFAIL: a run is held by a live process elsewhere; try again when it ends
 RECENT_SECONDS = 15 * 60  # a run without a result that wrote this recently is shown as running
 NOT_RESULTS = {"learning_rate", "epoch"}  # logged each step, but not what a run reached
 _STATUS_WORDS = {"interrupted": "interrupted", "stopped": "stopped by a health check", "failed": "failed"}
+
+
+# --- Writing ---------------------------------------------------------------------------------
+def write_config(recipe, output_dir: Path, resolved: dict[str, Any] | None = None) -> Path:
+    """config.yaml: the resolved recipe (by default `recipe.resolved`), re-runnable as it is."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / CONFIG_FILE
+    header = (f"# Resolved recipe of this run (from {recipe.source}, world size {recipe.world_size}).\n"
+              f"# Re-run it with: python recipes/run.py {path}\n")
+    atomic_write_text(path, header + yaml.safe_dump(recipe.resolved if resolved is None else resolved,
+                                                    sort_keys=False))
+    return path
+
+
+def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, status: str,
+                        extra: dict[str, Any] | None = None) -> Path:
+    """final_results.json. status: finished | interrupted | stopped (a health check) | failed (an exception while
+    training). World size and batch are read from the trainer, i.e. what really ran."""
+    args = trainer.args
+    results = {
+        "algorithm": recipe.algorithm.name,
+        "model": recipe.model.model_name_or_path,
+        "dataset": recipe.args.dataset_name or recipe.args.dataset,
+        "profile": recipe.args.profile,
+        "world_size": args.world_size,
+        "effective_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "steps": trainer.state.global_step,
+        "status": status,
+        "interrupted": status == "interrupted",
+        "wall_seconds": round(wall_seconds, 2),
+        "final_metrics": last_values(read_metrics(output_dir)),
+        # rows read, dropped (by reason; the first rows that did not fit, named) and trained on (data/sources.py);
+        # a family's `data` (token-length statistics) comes in `extra`
+        "dataset_rows": getattr(recipe, "data_counts", None),
+        **(extra or {}),
+    }
+    # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".
+    return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(results, indent=2, default=str) + "\n")
+
+
+# --- Reading ---------------------------------------------------------------------------------
+def read_config(output_dir: Path) -> dict[str, Any] | None:
+    """config.yaml's settings, or None where the folder has none."""
+    path = Path(output_dir) / CONFIG_FILE
+    if not path.exists():
+        return None
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's rows (`path`: the file or its run folder). A torn last row (its append cut short by a full
+    disk or a kill) is skipped; a bad row anywhere else is an error."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise
+    return rows
+
+
+def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The latest logged value of every numeric metric (train rows and eval_ rows alike)."""
+    final: dict[str, float] = {}
+    for row in rows:
+        for k, v in row.items():
+            if k in ("step", "epoch") or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            final[k] = float(v)
+    return final
+
+
+def read_results(output_dir: Path) -> dict[str, Any] | None:
+    """final_results.json as written (any start's), or None where there is none."""
+    path = Path(output_dir) / FINAL_RESULTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def run_finished(output_dir: Path) -> bool:
+    """The run in `output_dir` wrote final_results.json with status finished (not interrupted, stopped, failed)."""
+    results = read_results(output_dir)
+    return results is not None and results.get("status", "finished") == "finished"
+
+
+def has_config(output_dir: Path) -> bool:
+    """A run has started in `output_dir` (its config.yaml is written first)."""
+    return (Path(output_dir) / CONFIG_FILE).is_file()
+
+
+def has_metrics(output_dir: Path) -> bool:
+    return (Path(output_dir) / METRICS_FILE).is_file()
 
 
 class RunFolderError(ValueError):
@@ -64,11 +172,10 @@ def folder_bytes(path: Path) -> int:
 
 
 def is_run_dir(path: Path) -> bool:
-    config = path / "config.yaml"
-    if not config.is_file():
+    if not has_config(path):
         return False
     try:
-        return "algorithm" in (read_run_config(path) or {})
+        return "algorithm" in (read_config(path) or {})
     except Exception:  # noqa: BLE001  (a YAML file that is not a run's config: not a run)
         return False
 
@@ -89,7 +196,7 @@ class SavedRun:
         if not is_run_dir(path):
             raise RunFolderError(f"{path}: not a run folder (no config.yaml with an `algorithm`, which "
                                  "recipes/run.py writes first into its output_dir)")
-        return cls(path, read_run_config(path) or {})
+        return cls(path, read_config(path) or {})
 
     # --- What the folder says --------------------------------------------------------------
     @property
@@ -107,9 +214,9 @@ class SavedRun:
     @cached_property
     def results(self) -> dict[str, Any] | None:
         """final_results.json, or None where the latest start has written none yet (see `being_written`)."""
-        path = self.path / "final_results.json"
+        path = self.path / FINAL_RESULTS_FILE
         # Not newer than config.yaml: from an earlier start (a --resume rewrites config.yaml), or too close to tell.
-        if not path.is_file() or path.stat().st_mtime_ns <= (self.path / "config.yaml").stat().st_mtime_ns:
+        if not path.is_file() or path.stat().st_mtime_ns <= (self.path / CONFIG_FILE).stat().st_mtime_ns:
             return None
         try:
             return json.loads(path.read_text())
@@ -123,7 +230,7 @@ class SavedRun:
     @cached_property
     def last_logged_step(self) -> int | None:
         try:
-            rows = read_metrics(self.path / "metrics.jsonl")
+            rows = read_metrics(self.path)
         except ValueError:  # a line being appended this very moment
             return None
         steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
@@ -135,7 +242,7 @@ class SavedRun:
 
     def last_write(self) -> float:
         """The newest modification time of the run's own files and checkpoint folders."""
-        paths = [self.path / n for n in ("config.yaml", "metrics.jsonl", "final_results.json")]
+        paths = [self.path / n for n in (CONFIG_FILE, METRICS_FILE, FINAL_RESULTS_FILE)]
         paths += [c.path for c in self.checkpoints]
         return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
