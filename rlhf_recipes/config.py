@@ -6,8 +6,8 @@ A recipe is a flat YAML mapping. Its keys come from three typed dataclasses:
   - TRL's `ModelConfig`: the model, dtype, attention implementation, LoRA / 4-bit;
   - the algorithm's TRL config class (e.g. `DPOConfig`, or our subclass of it): everything
     the trainer itself reads.
-Values are layered: algorithm defaults < YAML < profile overlay < command line. Every key and
-value is checked here, before any model or dataset is touched, so a typo costs a second,
+Values are layered: algorithm defaults < YAML < profile (recipes/profiles/<name>.yaml) < command
+line. Every key and value is checked here, before any model or dataset is touched, so a typo costs a second,
 not a model download.
 """
 
@@ -22,49 +22,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, read_fields, text
+from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, import_object, read_fields, text
 from rlhf_recipes.data.sources import SOURCES
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.nano import SYSTEM_PROMPT as NANO_SYSTEM_PROMPT, TASK as NANO_TASK
-from rlhf_recipes.registry import ALGORITHMS, FAMILIES, Algorithm, family_named, family_of, import_object
+from rlhf_recipes.profiles import profile_names, read_profile
+from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of
 from rlhf_recipes.validation import check_ranges
+from rlhf_recipes.yaml_files import read_yaml
 
-PROFILES = ("tiny", "nano")
 MODEL_CONFIG = "trl:ModelConfig"  # model, dtype, attention, LoRA / 4-bit options
-
-# What `--profile tiny` sets for every recipe: the embedded model, fp32 on CPU, a few logged
-# steps, no checkpoints, no remote logging. Families add their own (rlhf_recipes/families/).
-TINY_COMMON: dict[str, Any] = {
-    "model_name_or_path": "tiny",
-    "dtype": "float32",
-    "bf16": False,
-    "activation_checkpointing": False,
-    "report_to": "none",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "dataloader_num_workers": 0,
-}
-
-# What `--profile nano` sets for every recipe of a family that runs on nano (a family's `nano_overlay` is not
-# None): the embedded nano model, a 0.7M-parameter Qwen3 trained by recipes/nano_sft.yaml on the book's task
-# (rlhf_recipes/nano.py), the book's task and prompt in the form the nano base learned, fp32 on CPU, no
-# checkpoints, no remote logging. Unlike tiny, nano changes only what a 0.7M model on a CPU needs; the
-# algorithm's own settings (registry defaults, the recipe's) stay.
-NANO_COMMON: dict[str, Any] = {
-    "model_name_or_path": "nano",
-    "dataset_kwargs": NANO_TASK,  # spell_backward, 3-8 letters, seed 42 (a family's data source reads it)
-    "system_prompt": NANO_SYSTEM_PROMPT,  # the book's DeepSeekZero prompt: one token of the nano tokenizer
-    "dtype": "float32",  # CPU
-    "bf16": False,
-    "activation_checkpointing": False,  # nothing to save at this size; it only costs time
-    "report_to": "none",  # offline
-    "logging_steps": 1,
-    "save_strategy": "no",  # runs last minutes; the final model is saved
-    "dataloader_num_workers": 0,
-}
-
 
 
 @dataclass
@@ -267,39 +233,6 @@ def _suggest(key: str, valid: typing.Iterable[str]) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
-class _DuplicateKey(yaml.YAMLError):
-    pass
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, except that a key given twice is an error, not a silent last-one-wins."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise _DuplicateKey(f"key `{key}` is set twice (lines {seen[key]} and {line}); keep one")
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise RecipeError(f"{path}: no such recipe file")
-    try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
-    except _DuplicateKey as e:
-        raise RecipeError(f"{path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{path}: not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: a recipe must be a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
 def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -348,8 +281,8 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
             raise RecipeError(f"command line: unknown option `--{key}` for algorithm `{name}`.{_suggest(key, owner)}")
 
     profile = cli.get("profile", data.get("profile"))
-    if profile is not None and profile not in PROFILES:
-        raise RecipeError(f"profile `{profile}` is unknown; available: {', '.join(PROFILES)}")
+    if profile is not None and profile not in profile_names():
+        raise RecipeError(f"profile `{profile}` is unknown; available: {', '.join(profile_names())}")
 
     # Layer the sources; remember where each value came from for error messages.
     merged: dict[str, Any] = {}
@@ -364,21 +297,21 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     layer(data, path)
     if profile is not None:
         already_resolved = data.get("resolved_from") is not None
-        family_overlay = {} if already_resolved else profile_overlay(profile, family, algorithm, path, merged)
+        layers = [] if already_resolved else profile_layers(profile, algorithm, path, merged)
         device = tiny_device_settings()
-        overlay = {**family_overlay, **device}
         if not already_resolved:  # a run's own config.yaml names its output_dir: resuming must find it there
-            overlay.setdefault("output_dir", default_output_dir(path, profile))
+            layers.append((f"profile {profile}", {"output_dir": default_output_dir(path, profile)}))
+        layers.append((f"profile {profile} (device)", device))
         # Only shrink what the recipe uses: e.g. effective batch only where the recipe sets one.
-        for k, v in overlay.items():
-            if k not in owner:
-                raise RecipeError(f"internal: {profile} overlay key `{k}` is not an option of `{name}`")
-            if k == "effective_batch_size" and merged.get("effective_batch_size") is None:
-                continue
-            merged[k] = v
-            origin[k] = f"profile {profile}"
-        for k in device:
-            origin[k] = f"profile {profile} (device)"
+        for where, values in layers:
+            for k, v in values.items():
+                if k not in owner:
+                    raise RecipeError(f"recipes/profiles/{profile}.yaml ({where}): `{k}` is not an option of "
+                                      f"algorithm `{name}`.{_suggest(k, owner)} Fix the profile file")
+                if k == "effective_batch_size" and merged.get("effective_batch_size") is None:
+                    continue
+                merged[k] = v
+                origin[k] = where
     if data.get("resolved_from") is not None and Path(path).name == "config.yaml":
         # A run's own config.yaml resumes in the folder that holds it, even after the folder was moved.
         layer({"output_dir": str(Path(path).parent)}, path)
@@ -462,26 +395,26 @@ def real_run_defaults(merged: dict[str, Any], origin: dict[str, str], owner: dic
                                                                                                "default")
 
 
-def profile_overlay(profile: str, family, algorithm: Algorithm, path: str, values: dict[str, Any]) -> dict[str, Any]:
-    """What a profile sets for this recipe (its own `values` so far): the common values, the family's, the
-    algorithm's (later wins)."""
-    if profile == "tiny":
-        return {**TINY_COMMON, **family.tiny_overlay, **algorithm.tiny}
-    if family.nano_overlay is None:
-        running = ", ".join(f for f in FAMILIES if family_named(f).nano_overlay is not None)
-        raise RecipeError(f"{path}: profile `nano` does not run the {family.name} family (algorithm "
+def profile_layers(profile: str, algorithm: Algorithm, path: str, values: dict[str, Any]) -> list[tuple[str, dict]]:
+    """What a profile (recipes/profiles/<profile>.yaml) sets for this recipe (its own `values` so far), as
+    (where, values) layers: the common values, the family's, the algorithm's (later wins)."""
+    settings = read_profile(profile)
+    if not settings.runs(algorithm.family):
+        running = ", ".join(settings.families)
+        raise RecipeError(f"{path}: profile `{profile}` does not run the {algorithm.family} family (algorithm "
                           f"`{algorithm.name}`) yet; it runs these families' recipes: {running} (docs/nano.md). Use "
                           "--profile tiny for a smoke run")
-    from rewards.reward_model import RM_PREFIX
+    if profile == "nano":
+        from rewards.reward_model import RM_PREFIX
 
-    # nano swaps the data for the book's spell_backward task but keeps the recipe's rewards: a learned reward
-    # model (the HH pipeline's) would score prompts it was never trained on.
-    learned = [spec for spec in values.get("reward_funcs") or () if str(spec).startswith(RM_PREFIX)]
-    if learned:
-        raise RecipeError(f"{path}: profile `nano` runs the book's spell_backward task, which the learned reward "
-                          f"model `{learned[0]}` does not score; use a recipe rewarded by the task's own scorer "
-                          "(e.g. recipes/grpo.yaml), or --profile tiny for a smoke run")
-    return {**NANO_COMMON, **family.nano_overlay, **algorithm.nano}
+        # nano swaps the data for the book's spell_backward task but keeps the recipe's rewards: a learned reward
+        # model (the HH pipeline's) would score prompts it was never trained on.
+        learned = [spec for spec in values.get("reward_funcs") or () if str(spec).startswith(RM_PREFIX)]
+        if learned:
+            raise RecipeError(f"{path}: profile `nano` runs the book's spell_backward task, which the learned reward "
+                              f"model `{learned[0]}` does not score; use a recipe rewarded by the task's own scorer "
+                              "(e.g. recipes/grpo.yaml), or --profile tiny for a smoke run")
+    return settings.layers(algorithm.family, algorithm.name)
 
 
 def tiny_device_settings() -> dict[str, Any]:
@@ -499,40 +432,6 @@ def tiny_device_settings() -> dict[str, Any]:
         return {}
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     return {"ddp_backend": "gloo", "use_cpu": not deepspeed}
-
-
-def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int,
-                                 indivisible: str | None = None) -> None:
-    """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch.
-
-    `indivisible` words the error when the effective batch does not split (a family's own wording): a format
-    string with the fields where, effective, per_device, world_size, per_step, micro_batches (effective /
-    per_device).
-    """
-    effective = typed["recipe"].get("effective_batch_size")
-    if effective is None:
-        return
-    per_device = typed["training"].get("per_device_train_batch_size", 8)
-    per_step = per_device * world_size
-    if effective % per_step:
-        if indivisible is not None:
-            raise RecipeError(indivisible.format(
-                where=origin["effective_batch_size"], effective=effective, per_device=per_device,
-                world_size=world_size, per_step=per_step, micro_batches=effective // per_device))
-        raise RecipeError(
-            f"{origin['effective_batch_size']}: effective_batch_size {effective} is not divisible by "
-            f"per_device_train_batch_size {per_device} x {world_size} processes = {per_step}. "
-            f"Change per_device_train_batch_size or the number of processes."
-        )
-    accumulation = effective // per_step
-    given = typed["training"].get("gradient_accumulation_steps")
-    if given is not None and given != accumulation:
-        raise RecipeError(
-            f"{origin['gradient_accumulation_steps']}: gradient_accumulation_steps {given} contradicts "
-            f"effective_batch_size {effective} (= {per_device} per device x {world_size} processes x {accumulation}). "
-            "Set only effective_batch_size; accumulation is derived from it."
-        )
-    typed["training"]["gradient_accumulation_steps"] = accumulation
 
 
 def _construct(cls: type, values: dict[str, Any], path: str) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -138,6 +139,13 @@ def _cache_key(class_path: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
+def import_object(path: str) -> Any:
+    """The class (or object) at `module:Class`, imported now. Config and trainer classes are named by these
+    strings (the registry's) so that checking a recipe does not import TRL: this is where a string becomes a class."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def fields_of(class_path: str) -> dict[str, dict[str, Any]]:
     """The fields of the config class at `module:Class`, from the cache when it is there."""
     path = _cache_dir() / f"{class_path.replace(':', '.')}-{_cache_key(class_path)}.json"
@@ -146,8 +154,6 @@ def fields_of(class_path: str) -> dict[str, dict[str, Any]]:
             return json.loads(path.read_text())
         except ValueError:
             pass  # a half-written cache file: read the class again
-    from rlhf_recipes.registry import import_object
-
     fields = read_fields(import_object(class_path))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

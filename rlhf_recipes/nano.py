@@ -49,11 +49,7 @@ SDPO_SFT_RECIPE = "nano_sdpo_sft"  # recipes/nano_sdpo_sft.yaml
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 QUESTION_PREFIX = "Spell this word backward (example: sun -> nus): "  # reasoning-gym spell_backward's question
 SYSTEM_PROMPT = "DeepSeekZero"  # the book's (reasoning_gym.utils.SYSTEM_PROMPTS); its text becomes one token
-# The book's task as every nano recipe runs it (config.NANO_COMMON's dataset_kwargs): spell_backward in the word
-# range the nano base learned (recipes/nano_sft.yaml draws the same range with seed 1; the book's: 3-10 letters),
-# drawn with the book's seed 42.
-TASK = {"tasks": [{"name": "spell_backward", "weight": 1, "config": {"min_word_len": 3, "max_word_len": 8}}],
-        "seed": 42}
+# The book's task as every nano run has it (3-8 letters, seed 42) is the nano profile's: recipes/profiles/nano.yaml.
 
 # Chosen by measurement (team notes, 1 CPU thread): hidden 128 x 4 layers learns the task from bytes within
 # ~125 SFT steps of 64 rows; hidden 64 x 2 (the tiny shape) is too small to reverse words reliably, and

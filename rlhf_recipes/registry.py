@@ -8,7 +8,8 @@ own values), what its memory plan needs to know (a reference model or not, full 
 and what its run plots. What the book published for it (run ids, batch shape, metric maps, final
 numbers) is rlhf_recipes/book_reference.py's, read by the tools only. Tools ask here; none keeps its
 own table of algorithms.
-Classes are named by import path so that validating a recipe does not import every trainer.
+Classes are named by import path so that validating a recipe does not import every trainer
+(config_schema.import_object turns one into a class when a run needs it).
 
 Adding an algorithm: one entry here + one recipes/<name>.yaml (+ a loss function and a
 trainer subclass in custom_losses/ when TRL lacks it).
@@ -16,49 +17,47 @@ trainer subclass in custom_losses/ when TRL lacks it).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.nano import TASK as NANO_TASK
+from rlhf_recipes.config_schema import import_object  # noqa: F401  (tools name classes through the registry)
+from rlhf_recipes.families import (direct_alignment, policy_gradient, rejection_sampling, reward_model,
+                                   self_distillation, sft)
+from rlhf_recipes.families.base import Family
+
 
 
 @dataclass(frozen=True)
 class Algorithm:
     name: str
-    family: str  # module under rlhf_recipes.families
+    family: str  # a name of FAMILY_OBJECTS (below)
     config_class: str  # "module:Class"
     trainer_class: str  # "module:Class"
     paper: str
     chapter: str
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
-    tiny: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the tiny profile
-    nano: dict[str, Any] = field(default_factory=dict)  # per-algorithm additions to the nano profile
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
 
 
-def import_object(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+# The families, in the order tools list them: name -> the family object (families/base.py), imported here by name
+# (a family module imports TRL only inside its hooks).
+FAMILY_OBJECTS: dict[str, Family] = {f.name: f for f in (policy_gradient.FAMILY, direct_alignment.FAMILY,
+                                                         reward_model.FAMILY, sft.FAMILY, rejection_sampling.FAMILY,
+                                                         self_distillation.FAMILY)}
+FAMILIES: tuple[str, ...] = tuple(FAMILY_OBJECTS)
 
 
-# The families (modules under rlhf_recipes.families), in the order tools list them.
-FAMILIES: tuple[str, ...] = ("policy_gradient", "direct_alignment", "reward_model", "sft", "rejection_sampling",
-                             "self_distillation")
+def family_named(family: str) -> Family:
+    """The family object of that name: its hooks, and the facts tools ask (families/base.py)."""
+    return FAMILY_OBJECTS[family]
 
 
-def family_named(family: str) -> Any:
-    """The family object (rlhf_recipes/families/<family>.py `FAMILY`, a families.base.Family), imported on
-    first use (a family module imports TRL only inside its hooks)."""
-    return importlib.import_module(f"rlhf_recipes.families.{family}").FAMILY
-
-
-def family_of(algorithm: Algorithm) -> Any:
-    """The family object of an algorithm: its hooks, and the facts tools ask (families/base.py)."""
-    return family_named(algorithm.family)
+def family_of(algorithm: Algorithm) -> Family:
+    """The family object of an algorithm."""
+    return FAMILY_OBJECTS[algorithm.family]
 
 
 # --- Class paths: each trainer's written once ----------------------------------------------
@@ -87,35 +86,11 @@ _BOOK_SDPO = dict(config_class="custom_losses.sdpo.config:BookSDPOConfig",
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-# The nano profile's beta for the losses on summed log-ratios (beta 0.1 in the book). Measured (DPO, nano, lr 1e-5,
-# 32 pairs per step): at 0.1 the log-ratios drift until held-out exact match falls (34% at step 25, 14% at step
-# 100; at lr 1e-4, 0%: chosen and rejected both pushed down, letter soup); at 1.0 the loss saturates ~10x sooner
-# and exact match holds (35% at step 100) while held-out preference accuracy passes 0.9. ORPO (beta weighs its
-# odds-ratio term) keeps its recipe's value; DPO-norm, SimPO, IPO and APO-down were swept on nano over 3 seeds
-# (docs/nano.md, "Direct alignment on nano: the four that lost exact match").
-_NANO_SUMMED_LOG_RATIO = {"beta": 1.0}
-# DPO-norm on nano: its averaged log-ratios are ~14x smaller than the sums (completions ~14 tokens), so beta 15
-# is nano DPO's beta 1 per sequence. Measured, seeds 0/1/2: held-out exact match 20% -> 20.0 / 19.5 / 19.5% (at
-# the recipe's beta 2: -16.5 points on both seeds run), preference accuracy 0.91 (0.85 at beta 2).
-_NANO_AVERAGED_LOG_RATIO = {"beta": 15.0}
-# IPO on nano: beta sets its target margin 1 / (2 beta) on the summed log-ratio; the recipe's 0.1 asks a margin of
-# 5 nats, which nano reaches only by pushing both completions down. Measured, seeds 0/1/2, beta 0.5 (margin 1):
-# held-out exact match +8.5 / +9.0 / +8.5 points (at 0.1: -1.5 / -2.0), preference accuracy 0.93 (0.91 at 0.1).
-_NANO_IPO = {"beta": 0.5}
-# SimPO on nano: the book runs SimPO at lr 8e-7, 1/6.25 of its DPO's 5e-6 (reference-free: nothing holds the policy
-# near the base); nano keeps that ratio to its lr 1e-5. Measured, seeds 0/1/2 at 1.6e-6: held-out exact match
-# +5.0 / +4.5 / +5.5 points (at 1e-5: -19 / -18.5 points, at beta 2 and 15 alike), preference accuracy 0.83
-# (0.86 at 1e-5).
-_NANO_SIMPO = {"learning_rate": 1.6e-6}
-
-
-def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], extra_metrics: tuple[str, ...] = (),
-                      nano: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Chapter 8."""
-    # Every one: the book's warmup (lr (k+1)/(W+1), W = int(0.1 T)) then linear decay to 0.
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any],
+                      extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Chapter 8. The book's LR schedule (warmup, then linear decay to 0) is each recipe's `book_lr_schedule`."""
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
-                defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_linear", **defaults},
-                nano=nano or {})
+                defaults=defaults)
 
 
 def _policy_gradient(classes: dict[str, str] = _BOOK_GRPO, key_metrics: tuple[str, ...] | None = None,
@@ -152,29 +127,27 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, nano=_NANO_SUMMED_LOG_RATIO),
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
         ),
         Algorithm(
-            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1},
-                                        nano=_NANO_SUMMED_LOG_RATIO),
+            "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]},
-                                            nano=_NANO_AVERAGED_LOG_RATIO),
+            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
         ),
         Algorithm(
-            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}, nano=_NANO_IPO),
+            "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),
             paper="Azar et al. 2023, A General Theoretical Paradigm (IPO)",
         ),
         Algorithm(
             # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
             # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
             # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
-            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}, nano=_NANO_SIMPO),
+            "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
         Algorithm(
@@ -184,17 +157,16 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
         ),
         Algorithm(
-            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",),
-                                       nano=_NANO_SUMMED_LOG_RATIO),
+            "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",)),
             paper="Ethayarajh et al. 2024, KTO: Model Alignment as Prospect Theoretic Optimization",
         ),
         Algorithm(
             # BookDPOTrainer: TRL's apo_zero/apo_down add a constant 1 to the logged loss.
-            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}, nano=_NANO_SUMMED_LOG_RATIO),
+            "apo_zero", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_zero"}),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-zero)",
         ),
         Algorithm(
-            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}, nano=_NANO_SUMMED_LOG_RATIO),
+            "apo_down", **_direct_alignment(_BOOK_DPO, {"book_loss": "apo_down"}),
             paper="D'Oosterlinck et al. 2024, Anchored Preference Optimization (APO-down)",
         ),
         # --- policy gradients (book chapter 6) -------------------------------------------
@@ -206,7 +178,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Williams 1992, Simple statistical gradient-following algorithms (REINFORCE)",
             defaults={"advantage_estimator": "raw", "book_objective": "policy_gradient", "kl_in_reward": True,
                       "loss_type": "grpo"},
-            nano={"generation_batch_size": 32},  # the book's 8 prompts x 1 rollout, x4 like the family's nano shape
         ),
         Algorithm(
             "rloo", **_policy_gradient(middle=(_FORMAT, _CONTRAST)),
@@ -246,9 +217,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Gao et al. 2025, Soft Adaptive Policy Optimization (SAPO)",
             defaults={"advantage_estimator": "zscore", "loss_type": "sapo", "sapo_temperature_pos": 1.0,
                       "sapo_temperature_neg": 1.05},
-            # Measured on nano (docs/nano.md): at the family's lr 2e-5 SAPO rose with the others (44% held-out
-            # exact match at step 250) and then fell to 16.5%; at 1e-5 it rose steadily (44% at step 400).
-            nano={"learning_rate": 1.0e-5},
         ),
         Algorithm(
             "dapo", **_policy_gradient(middle=("rewards/overlong_penalty_reward/mean",
@@ -258,7 +226,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             # over the whole accumulated batch instead).
             defaults={"advantage_estimator": "zscore", "loss_type": "bnpo", "epsilon": 0.2, "epsilon_high": 0.28,
                       "dynamic_sampling": True},
-            tiny={"max_refill_rounds": 1},  # a random tiny model is never correct: one refill round, then filler
         ),
         Algorithm(
             "maxrl", **_policy_gradient(middle=("rewards/binary_reward/mean", _CONTRAST)),
@@ -279,7 +246,6 @@ ALGORITHMS: dict[str, Algorithm] = {
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
                       "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False,
                       "value_optimizer": "joint"},  # one Adam over policy + value, one joint clip (train.py)
-            nano={"generation_batch_size": 64},  # the book's 16 prompts x 1 rollout, x4 like the family's nano shape
         ),
         # --- supervised fine-tuning (book chapter 4) ---------------------------------------
         Algorithm(
@@ -288,9 +254,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "Wei et al. 2022, Finetuned Language Models Are Zero-Shot Learners (instruction tuning)",
             chapter="4",
             # Loss on the final assistant turn only (TRL's completion-only loss on prompt/completion rows), the mean
-            # of micro-batch means, whole optimizer steps per epoch, the book's warmup. Book run nybj8sdx.
-            defaults={"completion_only_loss": True, "packing": False, "book_lr_schedule": True,
-                      "drop_partial_steps": True},
+            # of micro-batch means, whole optimizer steps per epoch (the book's warmup: the recipe's book_lr_schedule).
+            defaults={"completion_only_loss": True, "packing": False, "drop_partial_steps": True},
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
         ),
         # --- rejection sampling (book chapter 9) ------------------------------------------
@@ -323,28 +288,15 @@ ALGORITHMS: dict[str, Algorithm] = {
                                              ("accuracy", "margin", "eval_accuracy", "eval_margin")),
             paper="Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT): pairwise preference reward model",
             aliases=("reward", "reward_model", "rm", "bradley_terry", "bt_rm"),
-            # On nano: the direct-alignment family's pairs (a correct and an incorrect sample of the nano base,
-            # labelled by the task's scorer: data/reasoning_gym_preferences.py), on the same prompts and words
-            # (nano.TASK, without the ORM / PRM overlay's rollout settings).
-            nano={"dataset": "reasoning_gym_preferences", "num_samples": 3000, "dataset_kwargs": NANO_TASK},
         ),
         Algorithm(
             "orm", **_reward_model(_OUTCOME_RM,
                                    ("accuracy", "eval_top1_accuracy", "eval_pairwise_accuracy")),
             paper="Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems (outcome reward model)",
-            # The nano base's rollouts, one row per prompt. A rollout's score is its completion tokens' mean
-            # (score_reduction `mean`, the book's text): measured on nano, the last token (the book's code) picked
-            # worse than a random pick (14.5% vs 18.1% best-of-8) while the mean picked 24.5% (same model).
-            nano={"dataset": "reasoning_gym_rollouts", "score_reduction": "mean"},
         ),
         Algorithm(
             "prm", **_reward_model(_PROCESS_RM, ("step_accuracy", "eval_step_accuracy")),
             paper="Lightman et al. 2023, Let's Verify Step by Step (process reward model)",
-            # The book's torch LinearLR warmup from 0.1 lr, then a constant LR.
-            defaults={"book_lr_schedule": True, "book_lr_shape": "warmup_constant"},
-            # The nano base's rollouts, labelled per character of the answer (data/reasoning_gym_rollouts.py); a
-            # saved nano PRM splits the completions it scores the same way.
-            nano={"dataset": "reasoning_gym_steps", "step_split": "answer_characters"},
         ),
     ]
 }

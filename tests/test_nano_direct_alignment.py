@@ -1,6 +1,6 @@
 """Direct alignment on the nano profile: preference pairs sampled from the nano base and labelled by the task's
-scorer, and one short seeded DPO run that raises held-out preference accuracy (rlhf_recipes/families/
-direct_alignment.py nano_overlay, data/reasoning_gym_preferences.py, evaluation/task_preferences.py).
+scorer, and one short seeded DPO run that raises held-out preference accuracy (recipes/profiles/
+nano.yaml families.direct_alignment, data/reasoning_gym_preferences.py, evaluation/task_preferences.py).
 
 The nano base is the session's (built once, on disk, by whichever nano test runs first: tests/test_nano.py).
 The run is smaller than the profile's (fewer prompts and steps): ~1 minute on one CPU thread.
@@ -83,12 +83,13 @@ def test_dpo_on_nano_raises_heldout_preference_accuracy(dpo_eval):
 
 def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     """The nano overlay swaps the data for pairs sampled on spell_backward and sizes the run for a CPU; the loss
-    stays the algorithm's (registry defaults untouched), and beta is the recipe's unless the registry's `nano`
-    sets one (the summed-log-ratio losses, DPO-norm, IPO)."""
+    stays the algorithm's (registry defaults untouched), and beta is the recipe's unless the nano profile's
+    `algorithms` section sets one (the summed-log-ratio losses, DPO-norm, IPO)."""
     import yaml
 
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.registry import ALGORITHMS, family_named
+    from rlhf_recipes.profiles import read_profile
+    from rlhf_recipes.registry import ALGORITHMS
     from rlhf_recipes.tools.nano_book import nano_algorithms
 
     names = nano_algorithms("direct_alignment")
@@ -99,7 +100,13 @@ def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
         for key, value in ALGORITHMS[name].defaults.items():
             assert recipe.value(key) == value, (name, key)
         own_beta = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["beta"]
-        assert recipe.value("beta") == ALGORITHMS[name].nano.get("beta", own_beta), name
-        # the family's nano lr unless the registry's `nano` sets the algorithm's own (SimPO: the book's ratio)
-        assert recipe.value("learning_rate") == ALGORITHMS[name].nano.get(
-            "learning_rate", family_named("direct_alignment").nano_overlay["learning_rate"]), name
+        nano = read_profile("nano")
+        own = nano.algorithms.get(name, {})
+        assert recipe.value("beta") == own.get("beta", own_beta), name
+        if "beta" in own:
+            assert recipe.origin["beta"] == f"profile nano (algorithms.{name})", name
+        # the family's nano lr unless the profile sets the algorithm's own (SimPO: the book's ratio)
+        assert recipe.value("learning_rate") == own.get(
+            "learning_rate", nano.families["direct_alignment"]["learning_rate"]), name
+    beta = load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False).value("beta")
+    assert beta == 1.0  # the recipe's 0.1 is the book's; nano's summed log-ratios need 1.0 (recipes/profiles/nano.yaml)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from conftest import launch, read_metrics, run_recipe
-from rlhf_recipes.registry import ALGORITHMS, family_of
+from rlhf_recipes.profiles import read_profile
+from rlhf_recipes.registry import ALGORITHMS
 
 # One algorithm per family (the first alphabetically for a family not listed), plus the token-level
 # reward models, whose trainer is ours rather than TRL's.
@@ -41,7 +42,7 @@ def _tiny_steps(algorithm: str) -> int | None:
     where the tiny run is sized in epochs (rejection sampling's SFT on its selection)."""
     if _small(algorithm):
         return 1
-    return family_of(ALGORITHMS[algorithm]).tiny_overlay.get("max_steps")
+    return read_profile("tiny").families[ALGORITHMS[algorithm].family].get("max_steps")
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 A family (rlhf_recipes/families/<family>.py) is one object, `FAMILY`, an instance of a `Family`
 subclass that overrides only the hooks where it differs; `registry.family_of(algorithm)` returns it.
 The hooks, in the order a run calls them:
-  tiny_overlay                               values the tiny profile sets for every recipe of the family
-  nano_overlay                               the same for the nano profile (None: the family does not run on nano)
   derive_batch(typed, origin, world_size)    effective batch -> TRL's batch options (gradient accumulation)
   load_model(recipe, tokenizer)              the model to train (a causal LM unless the family says otherwise)
   build_trainer(recipe, model, tokenizer, train, eval, callbacks) -> transformers.Trainer
@@ -21,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from rlhf_recipes.errors import RecipeError
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,9 @@ class BookFigure:
 
 class Family:
     name: ClassVar[str] = ""
-    tiny_overlay: ClassVar[dict[str, Any]] = {}  # on top of config.TINY_COMMON
-    nano_overlay: ClassVar[dict[str, Any] | None] = None  # on top of config.NANO_COMMON; None: not on nano
 
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
-        """Accumulation from effective_batch_size and the world size (config.derive_gradient_accumulation)."""
-        from rlhf_recipes.config import derive_gradient_accumulation
-
+        """Accumulation from effective_batch_size and the world size (derive_gradient_accumulation, below)."""
         derive_gradient_accumulation(typed, origin, world_size)
 
     def load_model(self, recipe, tokenizer):
@@ -65,7 +61,7 @@ class Family:
         return {}
 
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
-        from rlhf_recipes.registry import import_object
+        from rlhf_recipes.config_schema import import_object
 
         trainer_class = import_object(recipe.algorithm.trainer_class)
         return trainer_class(
@@ -132,3 +128,37 @@ class Family:
     def learned_reward_models(self, recipe) -> list[str]:
         """Paths of trained reward models loaded for inference during training."""
         return []
+
+
+def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int,
+                                 indivisible: str | None = None) -> None:
+    """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch.
+
+    `indivisible` words the error when the effective batch does not split (a family's own wording): a format
+    string with the fields where, effective, per_device, world_size, per_step, micro_batches (effective /
+    per_device).
+    """
+    effective = typed["recipe"].get("effective_batch_size")
+    if effective is None:
+        return
+    per_device = typed["training"].get("per_device_train_batch_size", 8)
+    per_step = per_device * world_size
+    if effective % per_step:
+        if indivisible is not None:
+            raise RecipeError(indivisible.format(
+                where=origin["effective_batch_size"], effective=effective, per_device=per_device,
+                world_size=world_size, per_step=per_step, micro_batches=effective // per_device))
+        raise RecipeError(
+            f"{origin['effective_batch_size']}: effective_batch_size {effective} is not divisible by "
+            f"per_device_train_batch_size {per_device} x {world_size} processes = {per_step}. "
+            f"Change per_device_train_batch_size or the number of processes."
+        )
+    accumulation = effective // per_step
+    given = typed["training"].get("gradient_accumulation_steps")
+    if given is not None and given != accumulation:
+        raise RecipeError(
+            f"{origin['gradient_accumulation_steps']}: gradient_accumulation_steps {given} contradicts "
+            f"effective_batch_size {effective} (= {per_device} per device x {world_size} processes x {accumulation}). "
+            "Set only effective_batch_size; accumulation is derived from it."
+        )
+    typed["training"]["gradient_accumulation_steps"] = accumulation

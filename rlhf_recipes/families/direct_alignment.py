@@ -14,33 +14,6 @@ from rlhf_recipes.families.base import BookFigure, Family
 class DirectAlignment(Family):
     name = "direct_alignment"
     needs_chat_template = True
-    tiny_overlay = {  # on top of config.TINY_COMMON
-        "num_samples": 32,
-        "max_steps": 4,
-        "per_device_train_batch_size": 2,
-        "per_device_eval_batch_size": 2,
-        "effective_batch_size": 4,
-        "max_length": 256,
-    }
-    # On top of config.NANO_COMMON: the book's task on the nano base (rlhf_recipes/nano.py), sized for a CPU. The
-    # pairs are sampled from the nano base itself and labelled by the task's scorer (a correct and an incorrect
-    # completion of the same prompt: data/reasoning_gym_preferences.py); the algorithm's own settings (its loss,
-    # the registry's defaults, the recipe's beta) stay; only what a 0.7M model on a CPU needs changes here.
-    nano_overlay = {
-        "dataset": "reasoning_gym_preferences",  # pairs from the book's task (NANO_COMMON), whatever the recipe's dataset
-        "num_samples": 3000,  # prompts drawn (x8 samples, ~1 min): ~1000 give a pair on the nano base
-        "max_length": 96,  # prompt ~37 tokens + completion <= 24 + template: nothing is cut
-        # 32 pairs per optimizer step, one micro-batch (a CPU runs one forward of 64 sequences faster than eight of
-        # 8); the book's 64 would be ~15 steps per epoch of the ~1000 pairs.
-        "per_device_train_batch_size": 32,
-        "per_device_eval_batch_size": 32,
-        "effective_batch_size": 32,
-        # Measured (DPO, beta 0.1): lr 1e-4 reached held-out preference accuracy 0.905 after 200 steps but exact
-        # match fell 21% -> 0% (both completions pushed down, letter soup); lr 1e-5 / 3e-5 lost exact match more
-        # slowly. With the nano beta (registry: 1.0 for summed log-ratios), lr 1e-5 keeps it (see registry.py).
-        "learning_rate": 1.0e-5,
-        "max_steps": 200,  # ~6.5 epochs of the pairs (the book: 3 epochs of 6400); ~2-3 minutes on one CPU thread
-    }
     # The issue's two claims for direct alignment on nano: held-out preference accuracy, and task accuracy.
     nano_book_heldout = ("implicit_accuracy", "exact_match")
     nano_book_training = "rewards/accuracies"  # the training pairs' preference accuracy, as TRL logs it

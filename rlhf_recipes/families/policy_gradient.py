@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.families.base import BookFigure, Family
+from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.families.base import BookFigure, Family, derive_gradient_accumulation
 
-# The book's batch structure, in the words of a policy-gradient run (config.derive_gradient_accumulation).
+# The book's batch structure, in the words of a policy-gradient run (families/base.py derive_gradient_accumulation).
 INDIVISIBLE = (
     "{where}: effective_batch_size {effective} (completions per optimizer step) cannot be split into micro-batches "
     "of per_device_train_batch_size {per_device} on {world_size} processes ({per_step} per micro-step). Use a "
@@ -29,43 +30,6 @@ INDIVISIBLE = (
 class PolicyGradient(Family):
     name = "policy_gradient"
     needs_chat_template = True
-    tiny_overlay = {  # on top of config.TINY_COMMON
-        "num_samples": 16,  # prompts generated (reasoning-gym is offline)
-        "max_steps": 4,  # one rollout batch of the book's 4 x 8 structure = 4 optimizer steps
-        "max_completion_length": 16,
-        "overlong_max_length": 16,  # DAPO's penalty scaled to the tiny budget ...
-        "overlong_cache_length": 4,  # ... so it still bites
-        "use_vllm": False,
-        # rollout_backend continuous_batching: a small paged cache (its default sizes it from free memory,
-        # seconds of allocation on a CPU)
-        "transformers_continuous_batching_config": {"num_blocks": 16, "max_batch_tokens": 256},
-        "log_samples_every": 2,
-        "log_samples_count": 2,
-    }
-    # On top of config.NANO_COMMON: the book's task on the nano base (rlhf_recipes/nano.py), sized for a CPU.
-    # The algorithm's own settings (advantage, clipping, loss aggregation, rollouts per prompt) stay as the
-    # registry and the recipe set them; only what a 0.7M model on a CPU needs changes here.
-    nano_overlay = {
-        "dataset": "reasoning_gym",  # the book's task (NANO_COMMON: spell_backward, 3-8 letters), whatever the recipe's dataset
-        "num_samples": 3000,  # the book's data size; a nano run stops after max_steps, well within it
-        "max_completion_length": 24,  # the base answers in ~10-16 tokens; 24 leaves room to think a little
-        "overlong_max_length": 24,  # DAPO's overlong penalty scaled to that budget ...
-        "overlong_cache_length": 4,  # ... so it still bites, as in tiny
-        # The book's batch structure scaled x4 (rollout batch and optimizer step): 16 prompts x 8
-        # rollouts, 4 optimizer steps of 32 completions, the first on-policy. Measured (GRPO, 1 CPU thread): a step
-        # of 8 completions is too noisy for a 0.7M model (+11 points of held-out exact match after 160 steps at
-        # lr 1e-5, and lr 1e-4 made it worse); 32 per step at lr 2e-5 gave +23.5 points after 400 steps.
-        # REINFORCE and PPO keep their own shapes x4 (registry `nano`). One micro-batch per step: a CPU runs
-        # one forward of 32 faster than four of 8 (DAPO's token mean then spans the step's 32 completions).
-        "generation_batch_size": 128,
-        "per_device_train_batch_size": 32,
-        "effective_batch_size": 32,
-        "learning_rate": 2.0e-5,  # the book's 5e-6 is for 1.7B weights; 5e-5 and above raised entropy, not accuracy
-        "max_steps": 400,  # 100 rollout batches: ~2 minutes on one CPU thread
-        "use_vllm": False,  # CPU
-        "log_samples_every": 40,
-        "log_samples_count": 2,
-    }
     nano_book_heldout = ("exact_match",)  # the book's figure: held-out accuracy on the task ...
     nano_book_training = "rewards/correctness_reward/mean"  # ... beside the training correctness reward
     # The book's figure plots avg_reward (correctness + 0.5 x format, 0-1.5), which TRL logs as `reward`.
@@ -95,8 +59,6 @@ class PolicyGradient(Family):
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size, keeping the per-device micro-batch;
         then each rollout batch must give whole optimizer steps."""
-        from rlhf_recipes.config import RecipeError, derive_gradient_accumulation
-
         derive_gradient_accumulation(typed, origin, world_size, indivisible=INDIVISIBLE)
         effective = typed["recipe"].get("effective_batch_size")
         generation = typed["training"].get("generation_batch_size")

@@ -136,48 +136,6 @@ class RejectionSampling(SupervisedFineTuning):
                              ("rejection_sampling_top_per_prompt", "rejection_sampling_top_k_overall",
                               "rejection_sampling_random_per_prompt", "rejection_sampling_random_k_overall"),
                              heldout_final=("test_accuracy", "base_test_accuracy"))
-    tiny_overlay = {  # on top of config.TINY_COMMON: a few fixture prompts, short generations, the tiny RM
-        "num_samples": 6,
-        "num_completions": 4,
-        "selection_k": 8,
-        "reward_model": TINY_RM,
-        "rollout_max_new_tokens": 24,
-        "rollout_batch_size": 4,
-        "score_batch_size": 8,
-        "eval_questions": 6,
-        "eval_max_new_tokens": 24,
-        "eval_generation_batch_size": 4,
-        "per_device_train_batch_size": 1,
-        "effective_batch_size": 2,
-        "max_length": 256,
-        "chat_template_from": None,
-    }
-    # On top of config.NANO_COMMON: the book's six stages on the nano base (rlhf_recipes/nano.py) and the book's
-    # reasoning task instead of GSM8K, sized for a CPU. Stages 2-3 score with the task's own checker, not a reward
-    # model: nano swaps the data for spell_backward, which no learned RM here has scored, and the task is
-    # verifiable, so the reward is the book's correctness reward (reasoning-gym's score_answer, partial credit):
-    # rejection sampling with a verifier in the reward model's place (the rules select by a reward either way).
-    # Stage 6 then reports held-out spell_backward exact match (evaluation/reasoning.py), as `rlhf-recipes
-    # evaluate` does. The selection rules, N = 8, top_p / top_k and the 2 SFT epochs stay the book's.
-    nano_overlay = {
-        "dataset": "reasoning_gym",  # the book's policy-gradient task (NANO_COMMON: spell_backward, 3-8 letters)
-        "num_samples": 1000,  # the book's 1000 prompts
-        "reward_func": "correctness_reward",  # the verifier (stages 2-3); reward_model is then not loaded
-        # Measured (top_per_prompt, 1000 prompts x 8): at the book's 0.8 a 0.7M model's samples are exact only 4.5% of
-        # the time (greedy: 21%) and the SFT stage gained +4.5 points; at 0.6, 11% exact and +10.5 points (0.4: 18%
-        # exact, +12 points, less varied). The book's model samples near its greedy accuracy at 0.8; this one at 0.6.
-        "rollout_temperature": 0.6,
-        "rollout_max_new_tokens": 24,  # the base answers in ~10-16 tokens
-        "rollout_batch_size": 64,  # prompts per generate call (x 8): a CPU generates wide batches faster
-        "eval_questions": 200,  # the held-out draw of `rlhf-recipes evaluate` (200 problems)
-        "eval_max_new_tokens": 24,
-        "eval_generation_batch_size": 100,
-        "per_device_train_batch_size": 32,  # one micro-batch per step: a CPU runs one forward of 32 faster
-        "effective_batch_size": 32,  # than four of 8
-        "learning_rate": 1.0e-4,  # measured at 0.6: 5e-5 / 1e-4 / 3e-4 -> 30 / 31 / 28.5% (the book's 5e-6: 1.7B)
-        "max_length": 128,  # prompts are ~37 tokens, completions ~16
-        "chat_template_from": None,  # the nano tokenizer has its own ChatML template
-    }
 
     # --- stages 1-4 (and the base evaluation) ---
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):

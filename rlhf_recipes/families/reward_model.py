@@ -22,48 +22,10 @@ from typing import Any
 from rlhf_recipes.data.reward_model_examples import reward_model_info, rm_kind, tokenize_split
 from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 from rlhf_recipes.families.base import Family
-from rlhf_recipes.nano import TASK as NANO_TASK
 
 logger = logging.getLogger(__name__)
 
-TINY_OVERLAY = {  # on top of config.TINY_COMMON
-    "num_samples": 48,
-    "eval_fraction": 0.25,
-    "max_steps": 4,
-    "per_device_train_batch_size": 2,
-    "per_device_eval_batch_size": 4,
-    "effective_batch_size": 4,
-    "max_length": 256,
-    "eval_steps": 2,
-}
 
-# On top of config.NANO_COMMON, for the ORM and the PRM (a preference RM reads pairs: its registry `nano`): rollouts sampled
-# from the nano base on the book's task, scored by the task's scorer (data/reasoning_gym_rollouts.py; the dataset
-# itself, ORM rollouts or PRM steps, is the algorithm's `nano` in the registry). The RM starts from the nano base
-# (NANO_COMMON's model) with a new head; only what a 0.7M model on a CPU needs changes here.
-NANO_OVERLAY = {
-    "dataset_kwargs": {  # the nano runs' task and word range (nano.TASK, as NANO_COMMON sets it) ...
-        **NANO_TASK,
-        # ... and what the policy samples there. Measured on the nano base (1000 prompts x 8, seed 42): at
-        # temperature 0.3, 22% of the samples are exact, 34% of the prompts have a correct and an incorrect
-        # rollout (the pairs an RM must rank), 42% any correct; at 0.6: 11% exact, 34% both, 35% any. 0.3 keeps
-        # more prompts where a pick can matter. 24 new tokens: the base answers in ~14 (as the nano PG runs).
-        "rollouts": {"policy": "nano", "n": 8, "temperature": 0.3, "top_p": 0.95, "max_new_tokens": 24},
-    },
-    "num_samples": 1000,  # prompts x 8 rollouts = 8000 rollouts, sampled in ~20 s (once, cached)
-    "eval_fraction": 0.1,  # the classifier's held-out split (by prompt for the ORM, by rollout for the PRM)
-    "max_length": 256,  # the nano model's positions; ORM rollouts ~55 tokens, PRM examples <= 117 (a scored
-                        # 24-token completion, cut after every letter by the book's separator, <= ~220)
-    "per_device_train_batch_size": 32,  # one micro-batch per step: a CPU runs one forward of 32 faster than 32 of 1
-    "effective_batch_size": 32,  # the book's ORM step (32 rollouts); the PRM's 16 doubled
-    # Measured (1000 prompts x 8, best-of-8 on 200 held-out problems, random pick 18.1%, oracle 39%): lr 3e-4 and
-    # 1e-3 give about the same after one epoch (ORM 24.5% / 26%, PRM 29.5% / 28.5%); a second epoch at 3e-4 lifts
-    # both (ORM 28.5%, PRM 33.5%). The book's 1e-5 (ORM) and 5e-5 (PRM) are for 0.6B weights.
-    "learning_rate": 3.0e-4,
-    "num_train_epochs": 2,  # 450 optimizer steps: ORM ~70 s, PRM ~3.5 min of training on the shared 2-core machine
-    "per_device_eval_batch_size": 64,
-    "eval_strategy": "no",  # final_results.json evaluates the held-out split once, at the end
-}
 
 NUM_LABELS = {"preference": 1, "outcome": 1, "process": 3}
 STEP_LABELS = {0: "bad", 1: "neutral", 2: "good"}
@@ -101,8 +63,6 @@ def _merged_for_scoring(recipe, trainer):
 
 class RewardModels(Family):
     name = "reward_model"
-    tiny_overlay = TINY_OVERLAY
-    nano_overlay = NANO_OVERLAY
     trains_reward_model = True
     book_logs_prefixed = True
     compare_metrics = ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss")

@@ -23,13 +23,6 @@ logger = logging.getLogger(__name__)
 
 class SupervisedFineTuning(Family):
     name = "sft"
-    tiny_overlay = {  # on top of config.TINY_COMMON
-        "max_steps": 4,
-        "per_device_train_batch_size": 2,
-        "effective_batch_size": 4,
-        "max_length": 256,
-        "chat_template_from": None,  # the tiny tokenizer has its own (ChatML) template
-    }
     # Facts: the defaults (one sequence per example, the LM head, no reference, no generation).
     compare_metrics = ("loss", "mean_token_accuracy", "grad_norm")
     # The book's no_robots SFT run; on nano, the nano base's own build (its periodic eval/exact_match: the proof).

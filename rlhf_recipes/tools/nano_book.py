@@ -55,10 +55,11 @@ LABELS = {
 
 
 def nano_families() -> list[str]:
-    """The families with a nano overlay and nano-book metrics, in the registry's order."""
+    """The families the nano profile runs that have nano-book metrics, in the registry's order."""
+    from rlhf_recipes.profiles import read_profile
     from rlhf_recipes.registry import FAMILIES, family_named
 
-    return [f for f in FAMILIES if family_named(f).nano_overlay is not None and family_named(f).nano_book_heldout]
+    return [f for f in FAMILIES if read_profile("nano").runs(f) and family_named(f).nano_book_heldout]
 
 
 def nano_algorithms(family: str = DEFAULT_FAMILY) -> list[str]:

@@ -117,14 +117,15 @@ class Plan:
 
 def _requested_bf16(argv: list[str]) -> bool | None:
     """The recipe's own bf16 setting (CPU-only machines cannot construct a bf16 TrainingArguments)."""
-    from rlhf_recipes.config import TINY_COMMON, read_yaml, split_command_line
+    from rlhf_recipes.config import read_yaml, split_command_line
+    from rlhf_recipes.profiles import read_profile
 
     path, cli = split_command_line(argv)
     if "bf16" in cli:
         return cli["bf16"].lower() in ("true", "1", "yes", "on")
     data = read_yaml(path)
     if cli.get("profile", data.get("profile")) == "tiny" and data.get("resolved_from") is None:
-        return bool(TINY_COMMON["bf16"])  # the profile's overlay sits between the YAML and the command line
+        return bool(read_profile("tiny").common["bf16"])  # the profile sits between the YAML and the command line
     value = data.get("bf16")
     return None if value is None else bool(value)
 
