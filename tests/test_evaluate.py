@@ -280,3 +280,31 @@ def test_bad_input_is_one_line(argv, expected, capsys, tmp_path, monkeypatch):
 def test_eval_every_is_range_checked(tmp_path, capsys):
     run_recipe("grpo.yaml", tmp_path / "bad", "--eval_every", "-1", expect=2)
     assert "`eval_every` must be" in capsys.readouterr().err
+
+
+def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
+    """The preference evaluator's implicit reward is beta x the log-ratio with the run's beta as given: a beta of 0
+    ranks no pair (every margin 0, accuracy 0.5); it was silently turned into 0.1 (`beta or 0.1`)."""
+    from types import SimpleNamespace
+
+    from rlhf_recipes.evaluation.options import EvalOptions
+    from rlhf_recipes.evaluation.preferences import PreferenceEvaluator
+
+    logprobs = {"policy": {"chosen": [(-1.0, 2)], "rejected": [(-3.0, 2)]},
+                "reference": {"chosen": [(-2.0, 2)], "rejected": [(-2.0, 2)]}}
+
+    class Fake(PreferenceEvaluator):
+        def data(self):
+            return [{"prompt": [], "chosen": [], "rejected": []}], {}
+
+        def reference(self):
+            return "reference", None
+
+        def logprobs(self, model, tokenizer, problems):
+            return logprobs[model]
+
+    for beta, margin in ((0.0, 0.0), (0.5, 1.0)):
+        recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True), training=SimpleNamespace(),
+                                 value={"beta": beta}.get)
+        scores = Fake(recipe, EvalOptions()).score("policy", None)
+        assert scores.per_problem["implicit_margin"] == [margin], beta

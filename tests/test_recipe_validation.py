@@ -228,3 +228,19 @@ def test_ultrafeedback_adapter_and_schema_errors():
         normalize_rows(_dataset([good, bad]), SOURCE, "uf")
     with pytest.raises(DataError, match=r"missing column\(s\) \['chosen'\]"):
         normalize_rows(_dataset([{"prompt": "x", "rejected": []}]), SOURCE, "uf")
+
+
+def test_profiles_name_only_families_and_algorithms_that_exist():
+    """recipes/profiles/*.yaml: a section names a registry family or algorithm (a typo there would silently apply
+    nothing); an unknown profile is refused naming the files there are."""
+    from rlhf_recipes.profiles import profile_names, read_profile
+    from rlhf_recipes.registry import FAMILIES
+
+    assert set(profile_names()) >= {"tiny", "nano"}
+    for name in profile_names():
+        profile = read_profile(name)
+        assert set(profile.families) <= set(FAMILIES), name
+        assert set(profile.algorithms) <= set(ALGORITHMS), name
+    assert read_profile("tiny").runs("sft") and not read_profile("nano").runs("sft")
+    with pytest.raises(RecipeError, match="profile `huge` is unknown; available: nano, tiny"):
+        load_recipe([str(ROOT / "recipes" / "dpo.yaml"), "--profile", "huge"], construct=False)

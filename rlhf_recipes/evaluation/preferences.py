@@ -69,7 +69,7 @@ class PreferenceEvaluator(Evaluator):
         problems, _ = self.data()
         policy = self.logprobs(model, tokenizer, problems)
         reference_free = not self.recipe.algorithm.reference_model
-        beta = float(getattr(self.recipe.training, "beta", 0.1) or 0.1)
+        beta = float(self.recipe.value("beta"))  # the run's own, 0 included (a tie on every pair, reported as such)
         if reference_free:
             rewards = {s: [lp / max(n, 1) for lp, n in policy[s]] for s in policy}
         else:
