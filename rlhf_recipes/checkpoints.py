@@ -9,7 +9,7 @@ bad block, a partial copy between file systems) is caught; `--resume` then falls
 newest checkpoint that verifies, saying which it skipped and why.
 
 xxh3-64 (the xxhash package) is not a cryptographic hash: it catches corruption, not tampering.
-Hashing runs at memory speed (`rlhf-recipes bench-integrity` measures it; docs/reliability.md
+Hashing runs at memory speed (`python -m benchmarks.integrity` measures it; docs/reliability.md
 has the number), so what a check costs is reading the files, which a resume does anyway.
 
 The manifest also records the settings the run actually used to reach the checkpoint and their
@@ -45,7 +45,7 @@ def checkpoint_step(path: str | Path) -> int:
 
 def file_checksum(path: str | Path) -> str:
     """xxh3-64 of a file's bytes, as 16 hex digits. The file is mapped, not read into buffers: the hash reads the
-    page cache directly (about 3x faster than copying 16 MiB chunks, `rlhf-recipes bench-integrity`)."""
+    page cache directly (about 3x faster than copying 16 MiB chunks, `python -m benchmarks.integrity`)."""
     import mmap
 
     import xxhash

@@ -87,7 +87,7 @@ TEXT_COLUMNS = frozenset({"prompt", "chosen", "rejected", "completion", "questio
 def check_local_data(path: str, source, flag: str) -> None:
     """A data_files file, every row of it: exists, has rows, each is UTF-8 and parses, has the source's columns,
     no empty text, and passes the adapter (the same `normalize` the run uses). The file is streamed, so a 100k-row
-    file takes about a second (`rlhf-recipes bench-integrity` measures it). The first bad row is a RecipeError
+    file takes about a second (`python -m benchmarks.integrity` measures it). The first bad row is a RecipeError
     naming the file, its 1-based line (`row N` in a JSON array), the column and the fix."""
     p = Path(path)
     if not p.is_file():

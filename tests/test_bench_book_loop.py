@@ -1,10 +1,10 @@
-"""`rlhf-recipes bench-book-loop`: the book's loop's rollout batches read back from when it logged (no GPU here)."""
+"""`python -m benchmarks.book_loop`: the book's loop's rollout batches read back from when it logged (no GPU here)."""
 
 import sys
 
 import pytest
 
-from rlhf_recipes.tools.bench.book_loop import GENERATED, STEPPED, batches_from_events, main
+from benchmarks.book_loop import GENERATED, STEPPED, batches_from_events, main
 
 
 def _events(*spec):

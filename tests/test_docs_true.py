@@ -77,8 +77,8 @@ def test_the_patterns_catch_what_they_are_for():
 
 
 def test_the_bad_input_count_the_docs_state_is_the_batterys():
-    """docs/setup.md and docs/tools.md say how many mistakes `rlhf-recipes bench-errors` tries: the battery's size."""
-    from rlhf_recipes.tools.bench.bad_inputs import CASES
+    """docs/setup.md and docs/tools.md say how many mistakes `python -m benchmarks.bad_inputs` tries: the battery's size."""
+    from benchmarks.bad_inputs import CASES
 
     stated = {int(n) for page in ("docs/setup.md", "docs/tools.md")
               for n in re.findall(r"(\d+) (?:such mistakes|mistakes a user makes|cases, another checkout)",

@@ -7,7 +7,7 @@ rlhf_recipes.tools.planner.measure.TensorMemoryTracker. What it cannot: the CUDA
 allocator's rounding and fragmentation, NCCL buffers, kernel workspaces (cuBLAS, flash-attention),
 and anything that only happens on a GPU (Triton's fused LM-head kernel replaces the CPU fallback
 the planner adds with device="cpu"). Those are an allowance in the verdict, to be measured with
-`rlhf-recipes bench` on a GPU (test_planner_against_cuda_peaks below runs there).
+`python -m benchmarks.families` on a GPU (test_planner_against_cuda_peaks below runs there).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import RECIPES, ROOT
-from rlhf_recipes.tools.bench import families as bench
+from benchmarks import families as bench
 from rlhf_recipes.tools.planner import memory as M
 from rlhf_recipes.tools.planner import Launch, Workload, build_plan, plan_recipe, read_launch
 from rlhf_recipes.tools.planner.shapes import load_config, load_shape, shape_from_config, shipped_names
@@ -453,7 +453,7 @@ def test_tiny_profile_peak_against_measured(algorithm, extra, tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["preference_rm", "sft", "sdpo", "rejection_sampling_top_per_prompt"])
 def test_benchmark_script_runs_on_cpu(tmp_path, algorithm):
-    """`rlhf-recipes bench` end to end on the tiny model (its GPU runs use the same code)."""
+    """`python -m benchmarks.families` end to end on the tiny model (its GPU runs use the same code)."""
     row = bench.run_benchmark(algorithm, steps=2, tiny=True, workdir=tmp_path)  # SDPO's first step alone: 1.21
     assert row["steps_measured"] == 2 and row["tokens_per_s"] > 0 and row["mfu"] is None
     assert 0.9 <= row["planned_over_measured"] <= 1.2, row
@@ -491,7 +491,7 @@ def _recorded_gpu_rows():
 
 @pytest.mark.parametrize("row", _recorded_gpu_rows(), ids=lambda r: f"{r['algorithm']}-{r['model']}-lora={r['lora']}")
 def test_planner_against_recorded_gpu_peaks(row):
-    """Peaks measured on an H100 by `rlhf-recipes bench` (rlhf_recipes/tools/planner/gpu_measurements.json), planned
+    """Peaks measured on an H100 by `python -m benchmarks.families` (rlhf_recipes/tools/planner/gpu_measurements.json), planned
     again here from the architecture's shipped shape and the row's micro-batch alone: a planner change that
     drifts from real CUDA allocations fails on CPU too."""
     plan = bench.replan(row)
@@ -503,7 +503,7 @@ def test_planner_against_recorded_gpu_peaks(row):
 @pytest.mark.parametrize("algorithm", ["dpo", "grpo", "preference_rm"])
 def test_planner_against_cuda_peaks(algorithm):
     """On a GPU: random weights of the book's model shapes, a few steps, torch.cuda.max_memory_allocated
-    against the plan (`rlhf-recipes bench` does the measuring)."""
+    against the plan (`python -m benchmarks.families` does the measuring)."""
     row = bench.run_benchmark(algorithm, steps=2, lora=False, attention="sdpa")
     print(row)  # pytest -s shows the measured row
     assert 0.85 <= row["planned_peak_gib"] / row["peak_allocated_gib"] <= 1.25, row

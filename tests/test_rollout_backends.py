@@ -209,7 +209,7 @@ def test_vllm_colocate_run_matches_rewards(tmp_path):
 
 
 def test_bench_ratios_compare_each_backend_with_hf_of_the_same_configuration():
-    from rlhf_recipes.tools.bench.families import _add_backend_ratios
+    from benchmarks.families import _add_backend_ratios
 
     def row(algorithm, lora, backend, gen, step, peak):
         return {"algorithm": algorithm, "model": "m", "lora": lora, "attention": "sdpa", "rollout_backend": backend,

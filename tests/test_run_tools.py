@@ -461,9 +461,9 @@ def test_chat_page_answers_in_a_real_browser(runs, tmp_path):
 
 
 def test_bench_errors_finds_every_tool_mistake_clear(tmp_path):
-    """`rlhf-recipes bench-errors --only tools`: each tool, pointed at the wrong thing as its own process, says so
+    """`python -m benchmarks.bad_inputs --only tools`: each tool, pointed at the wrong thing as its own process, says so
     in one line with exit 2 (the same judge as the recipe cases)."""
-    from rlhf_recipes.tools.bench.bad_inputs import CASES, main
+    from benchmarks.bad_inputs import CASES, main
 
     out = tmp_path / "errors.json"
     assert main(["--only", "tools", "--json", str(out)]) == 0

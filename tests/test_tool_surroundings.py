@@ -97,10 +97,10 @@ def test_a_bug_inside_a_tool_keeps_its_traceback(monkeypatch):
 
 
 def test_bench_errors_surroundings_cases_are_all_clear(tmp_path):
-    """`rlhf-recipes bench-errors --only surroundings`: each fault, as its own process, ends in one line naming it."""
+    """`python -m benchmarks.bad_inputs --only surroundings`: each fault, as its own process, ends in one line naming it."""
     import json
 
-    from rlhf_recipes.tools.bench.bad_inputs import CASES, main
+    from benchmarks.bad_inputs import CASES, main
 
     out = tmp_path / "errors.json"
     assert main(["--only", "surroundings", "--json", str(out)]) == 0

@@ -4,10 +4,6 @@
     rlhf-recipes compare outputs/grpo --reference grpo      # a run against the book's published run
     rlhf-recipes preflight recipes/grpo.yaml --config_file accelerate_configs/4gpu.yaml   # will it start and finish?
     rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
-    rlhf-recipes bench --algorithms dpo                     # step time, throughput, peak memory
-    rlhf-recipes bench-phases --profile tiny                # one GRPO rollout batch split into phases
-    rlhf-recipes bench-errors                               # bad inputs: what each gives, time to error
-    rlhf-recipes bench-integrity                            # checkpoint checksums per GB, every data row checked
     rlhf-recipes evaluate outputs/grpo --baseline           # held-out accuracy, before / after, with intervals
     rlhf-recipes pipeline hh --profile tiny                 # RM, then PPO / GRPO / DPO, side by side
     rlhf-recipes sweep recipes/dpo.yaml --grid beta=0.05,0.1 --seeds 3   # a controlled experiment over seeds
@@ -18,6 +14,9 @@
     rlhf-recipes runs --prune 2                             # every run under outputs/; keep 2 checkpoints each
     rlhf-recipes chat outputs/dpo                           # a local web page: the trained model vs its start
     rlhf-recipes export outputs/dpo exported/dpo            # a standard Hugging Face model folder + model card
+
+The benchmarks (step time, GRPO phases, the bad-input battery, integrity costs, sweep workers) are not
+installed: from a checkout, `python -m benchmarks.<name> --help` (benchmarks/README.md).
 
 Each command's module keeps its own `main(argv)`; this file only maps names to them, imported on
 use so that `rlhf-recipes compare --help` does not pay for torch.
@@ -42,17 +41,6 @@ COMMANDS: dict[str, Command] = {
     "preflight": Command("rlhf_recipes.tools.preflight:main",
                          "before a launch: what would stop or spoil the run (GPUs, packages, wandb, hub, disk, memory)"),
     "plan": Command("rlhf_recipes.tools.planner.cli:main", "plan a recipe's GPU memory before launching it"),
-    "bench": Command("rlhf_recipes.tools.bench.families:main", "benchmark a training step per family"),
-    "bench-phases": Command("rlhf_recipes.tools.bench.grpo_phases:main",
-                            "split one GRPO rollout batch into generation, scoring and training"),
-    "bench-book-loop": Command("rlhf_recipes.tools.bench.book_loop:main",
-                               "time the book's own policy-gradient loop on the shapes bench-phases measures (GPU)"),
-    "bench-errors": Command("rlhf_recipes.tools.bench.bad_inputs:main",
-                            "try every kind of bad input and time how long each takes to be reported"),
-    "bench-integrity": Command("rlhf_recipes.tools.bench.integrity:main",
-                               "what the integrity checks cost: checkpoint checksums per GB, a 100k-row data file"),
-    "bench-sweep": Command("rlhf_recipes.tools.bench.sweep_workers:main",
-                           "a sweep with --workers 1 against --workers W: wall times and the speed-up"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",
                         "held-out task accuracy of a run (any family), before / after with intervals"),
     "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
@@ -95,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else ""
+        if name.startswith("bench"):  # the benchmarks left the installed command
+            hint = " The benchmarks run from a checkout: python -m benchmarks.<name> (benchmarks/README.md)."
         print(f"error: unknown command `{name}`.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module, _, function = command.target.partition(":")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Throughput and peak memory of GRPO rollout batches (a benchmark, not a test).
 
-    rlhf-recipes bench-phases --profile tiny          # CPU: the embedded tiny model
-    rlhf-recipes bench-phases --random-qwen3-1.7b     # GPU: random weights, Qwen3-1.7B architecture,
+    python -m benchmarks.grpo_phases --profile tiny          # CPU: the embedded tiny model
+    python -m benchmarks.grpo_phases --random-qwen3-1.7b     # GPU: random weights, Qwen3-1.7B architecture,
                                                              #      the book's settings (bf16, 4 x 8 rollouts,
                                                              #      512 new tokens, micro-batch 2 x 4)
-    rlhf-recipes bench-phases --random-qwen3-1.7b --backends hf,static_cache,continuous_batching,vllm_colocate
+    python -m benchmarks.grpo_phases --random-qwen3-1.7b --backends hf,static_cache,continuous_batching,vllm_colocate
 
 It runs recipes/grpo.yaml through BookGRPOTrainer for `--batches` rollout batches (one
 batch = generation + scoring + 4 optimizer steps) and prints, for the last batch:

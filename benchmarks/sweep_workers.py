@@ -1,7 +1,7 @@
 """How much a sweep's workers buy: the same sweep with --workers 1 and --workers W, in turn, wall time each.
 
-    rlhf-recipes bench-sweep                          # 2 x 2 tiny DPO (beta x seeds), evaluated; workers 1 vs 2
-    rlhf-recipes bench-sweep --repeats 3 --workers 2 --recipe recipes/grpo.yaml --grid learning_rate=1e-6,2e-6
+    python -m benchmarks.sweep_workers                          # 2 x 2 tiny DPO (beta x seeds), evaluated; workers 1 vs 2
+    python -m benchmarks.sweep_workers --repeats 3 --workers 2 --recipe recipes/grpo.yaml --grid learning_rate=1e-6,2e-6
 
 Each repeat runs both settings into fresh folders (alternating, so a drift in the machine's speed hits both),
 then prints every wall time, the medians and the speed-up (median of the per-repeat ratios). With one worker each
@@ -22,7 +22,7 @@ from rlhf_recipes.paths import recipe_path
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="rlhf-recipes bench-sweep", description=__doc__, allow_abbrev=False,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_workers", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default=str(recipe_path("dpo")), help="the recipe swept (default recipes/dpo.yaml)")
     parser.add_argument("--profile", default="tiny")

@@ -1,7 +1,7 @@
 """What the integrity checks cost: checkpoint checksums per GB, and checking every row of a data file.
 
-    rlhf-recipes bench-integrity                       # 1 GiB checkpoint file, 100k-row JSONL
-    rlhf-recipes bench-integrity --gib 4 --rows 1000000 --dir /scratch/me --json integrity.json
+    python -m benchmarks.integrity                       # 1 GiB checkpoint file, 100k-row JSONL
+    python -m benchmarks.integrity --gib 4 --rows 1000000 --dir /scratch/me --json integrity.json
 
 Checksums (checkpoints.py): a file of --gib GiB is written to --dir (put it on the file system your runs write
 to), then its xxh3-64 checksum is taken as a save takes it (right after the write: the bytes are still in the page
@@ -82,7 +82,7 @@ def bench_checksums(folder: Path, gib: float, repeats: int) -> dict:
 
 def bench_rows(folder: Path, rows: int, repeats: int) -> dict:
     from rlhf_recipes.data.sources import SOURCES
-    from rlhf_recipes.tools.bench.bad_inputs import GOOD_ROW
+    from benchmarks.bad_inputs import GOOD_ROW
     from rlhf_recipes.validation import check_local_data
 
     path = folder / "bench-rows.jsonl"
@@ -99,7 +99,7 @@ def bench_rows(folder: Path, rows: int, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlhf-recipes bench-integrity", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.integrity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gib", type=float, default=1.0, help="size of the checkpoint file to hash (default 1)")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the data file to check (default 100000)")

@@ -1,8 +1,8 @@
 """Bad inputs, tried as a user would: what each one gives, and how long until it says so.
 
-    rlhf-recipes bench-errors                      # every case against this checkout
-    rlhf-recipes bench-errors --repo ../old-main   # the same cases against another checkout (before/after)
-    rlhf-recipes bench-errors --only data --json errors.json
+    python -m benchmarks.bad_inputs                      # every case against this checkout
+    python -m benchmarks.bad_inputs --repo ../old-main   # the same cases against another checkout (before/after)
+    python -m benchmarks.bad_inputs --only data --json errors.json
 
 Each case runs `python <repo>/recipes/run.py ...`, or for the tools `python -m rlhf_recipes.tools COMMAND ...`
 (what `rlhf-recipes COMMAND` runs), as its own process (as a user would) in a scratch folder, and is judged from
@@ -367,7 +367,7 @@ def run_case(case: Case, repo: Path, scratch: Path, timeout: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[3],
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1],
                         help="checkout whose recipes/run.py is tried (default: this one)")
     parser.add_argument("--only", help="run only the cases of this group (recipe, numbers, data, models, rewards, "
                         "runs, tools, options, surroundings)")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Step benchmark per recipe family: tokens/s, step time, peak memory, MFU, and the planner's prediction.
 
-    rlhf-recipes bench                       # GPU: the book's model for each family, random weights
-    rlhf-recipes bench --models all --lora off,on --attention sdpa,flash_attention_2
-    rlhf-recipes bench --tiny                # CPU: the embedded tiny model (a smoke run of this script)
-    rlhf-recipes bench --algorithms grpo,ppo --lora off --backends hf,static_cache,continuous_batching,vllm_colocate
-    rlhf-recipes bench --algorithms dpo --lora off -- --activation_checkpointing false --per_device_train_batch_size 16
+    python -m benchmarks.families                       # GPU: the book's model for each family, random weights
+    python -m benchmarks.families --models all --lora off,on --attention sdpa,flash_attention_2
+    python -m benchmarks.families --tiny                # CPU: the embedded tiny model (a smoke run of this script)
+    python -m benchmarks.families --algorithms grpo,ppo --lora off --backends hf,static_cache,continuous_batching,vllm_colocate
+    python -m benchmarks.families --algorithms dpo --lora off -- --activation_checkpointing false --per_device_train_batch_size 16
                                              # anything after `--` is a recipe option, as on recipes/run.py
 
 For each (algorithm, model, LoRA, attention) it builds the model's architecture from its shipped
@@ -28,7 +28,7 @@ Reported per configuration (the steps after warmup):
 With --backends, each policy-gradient configuration runs once per rollout backend (rollout_backend);
 each row then also has generation_vs_hf, step_speedup_vs_hf and peak_vs_hf against the hf row of the
 same configuration in the same run. Backends this machine cannot run are skipped with the reason.
-The GRPO rollout phases (generation, scoring, training) are split by `rlhf-recipes bench-phases`.
+The GRPO rollout phases (generation, scoring, training) are split by `python -m benchmarks.grpo_phases`.
 """
 
 from __future__ import annotations

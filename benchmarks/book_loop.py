@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Time the book's own policy-gradient loop on the shapes `bench-phases` measures (a benchmark, not a test).
+"""Time the book's own policy-gradient loop on the shapes `python -m benchmarks.grpo_phases` measures (a benchmark, not a test).
 
     git clone https://github.com/natolambert/rlhf-book
-    PYTHONPATH=rlhf-book/code rlhf-recipes bench-book-loop --loss grpo --batches 2
+    PYTHONPATH=rlhf-book/code python -m benchmarks.book_loop --loss grpo --batches 2
 
 It runs the book's code (code/policy_gradients: its train.py main() with configs/<loss>.yaml, unmodified) on random
 weights of the config's model architecture (Qwen3-1.7B: built from its shipped config.json, no download) with the
-tiny tokenizer, the same inputs as `rlhf-recipes bench-phases --random-qwen3-1.7b`, so the two step times compare
+tiny tokenizer, the same inputs as `python -m benchmarks.grpo_phases --random-qwen3-1.7b`, so the two step times compare
 on the same GPU. The book's loop logs its rewards to wandb after each generation and its loss after each optimizer
 step; wandb is replaced here by a recorder of when each call happens, so a rollout batch's generation time runs from
 the previous batch's last optimizer step to its rewards log, and its training time from there to its own last step.
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import accelerate.tracking  # noqa: F401  (imported before wandb is replaced: it asks whether wandb is installed)
 
     from rlhf_recipes.tiny import tiny_model_path
-    from rlhf_recipes.tools.bench.families import ARCHITECTURES, build_random_model
+    from benchmarks.families import ARCHITECTURES, build_random_model
 
     if not torch.cuda.is_available():
         parser.error("the book's loop at real shapes needs a CUDA GPU")
