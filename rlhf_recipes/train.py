@@ -194,7 +194,7 @@ def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: f
     if is_main_process():
         write_final_results(recipe, trainer, output_dir, wall, status=status, extra=extra)
         write_run_card(recipe, output_dir, f"{status}, {trainer.state.global_step} optimizer steps")
-        plot_curves(output_dir, recipe.algorithm.key_metrics, f"{recipe.algorithm.name} ({Path(recipe.source).name})")
+        plot_curves(output_dir, recipe.algorithm.key_metrics, curves_title(recipe, output_dir))
         if interrupt.interrupted:
             logger.warning("interrupted at step %d; continue with: python recipes/run.py %s --resume",
                            trainer.state.global_step, output_dir / CONFIG_FILE)
@@ -209,6 +209,12 @@ def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: f
     if interrupt.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_HEALTH_STOP if health.stopped_because else 0
+
+
+def curves_title(recipe, output_dir: Path) -> str:
+    """curves.png's title: which run (its folder), which algorithm and recipe, which profile."""
+    profile = f", profile {recipe.args.profile}" if recipe.args.profile else ""
+    return f"{output_dir}: {recipe.algorithm.name} ({Path(recipe.source).name}{profile})"
 
 
 def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, full_disk: bool = False) -> int:

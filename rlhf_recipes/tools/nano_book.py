@@ -37,6 +37,8 @@ from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import EXIT_INTERRUPTED, read_metrics, read_results
 from rlhf_recipes.json_safe import json_safe
 
+from rlhf_recipes.tools.sweep.plot import running_mean
+
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
 WALL_FILE = "nano_book_wall_s.json"
 # Panel title, axis label and whether it is a rate (drawn in %) of the metrics the families name
@@ -234,52 +236,110 @@ def _label(metric: str) -> tuple[str, str, bool]:
     return LABELS.get(metric, (metric, metric, False))
 
 
+def identical_to(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """algorithm -> the earlier algorithm whose runs it repeats exactly (every curve and number the same): drawn so
+    that both show, and said in the legend (on nano, KTO and APO-zero: docs/nano.md says why)."""
+    same: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        for earlier in rows[:i]:
+            if row["curves"] == earlier["curves"] and row["metrics"] == earlier["metrics"]:
+                same[row["algorithm"]] = same.get(earlier["algorithm"], earlier["algorithm"])
+                break
+    return same
+
+
 def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -> None:
+    """Top: every algorithm's mean curve on each panel (held-out, then training). Below, with seeds: small multiples
+    of each held-out metric, one panel per algorithm with its min-max band over seeds, the others in grey (ten
+    bands on one panel cannot be read)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from rlhf_recipes.tools.sweep.plot import running_mean
-
     heldout, training = book_metrics(family)
     trained = training_keys(family)  # the training panels: ours, then the book's figure's
-    fig, axes = plt.subplots(1, len(heldout) + len(trained), figsize=(6.5 * (len(heldout) + len(trained)), 5))
-    for row in rows:
-        color = None
+    seeds = max((r.get("seeds", 0) for r in rows), default=0)
+    banded = [m for m in heldout if any(r["curves"].get("bands", {}).get("heldout", {}).get(m) for r in rows)]
+    top = len(heldout) + len(trained)
+    fig = plt.figure(figsize=(6.5 * top, 5 + 2.8 * len(banded)), layout="constrained")
+    upper, lower = fig.subfigures(2, 1, height_ratios=[5, 2.8 * len(banded)]) if banded else (fig, None)
+    axes = list(upper.subplots(1, top))
+    small = lower.subplots(len(banded), len(rows), sharey="row", squeeze=False) if banded else []
+    same = identical_to(rows)
+    smooth = logs_window(rows)
+    colors = {}
+    for n, row in enumerate(rows):
+        name = row["algorithm"]
+        color = colors[same[name]] if name in same else f"C{n % 10}"
+        colors[name] = color
+        style = dict(ls=(0, (4, 3)), lw=2.2, marker="x", markersize=6) if name in same else dict(marker="o",
+                                                                                               markersize=3)
+        label = f"{name} (= {same[name]}: identical runs)" if name in same else name
         for axis, metric in zip(axes, heldout):
             scale = 100 if _label(metric)[2] else 1
-            points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
-            line, = axis.plot([p[0] for p in points], [scale * p[1] for p in points], marker="o", markersize=3,
-                              color=color, label=row["algorithm"])
-            color = line.get_color()
-            band = row["curves"].get("bands", {}).get("heldout", {}).get(metric)
-            if band:  # over seeds: min to max
-                axis.fill_between([b[0] for b in band], [scale * b[1] for b in band], [scale * b[2] for b in band],
-                                  color=color, alpha=0.15)
+            points = _heldout_points(row, metric)
+            axis.plot([p[0] for p in points], [scale * p[1] for p in points], color=color, label=label, **style)
         for axis, key in zip(axes[len(heldout):], trained):
             points = row["curves"]["training"] if key == training else row["curves"].get("book", {}).get(key, [])
-            axis.plot([p[0] for p in points], running_mean([p[1] for p in points], 10), color=color,
-                      label=row["algorithm"])
+            axis.plot([p[0] for p in points], running_mean([p[1] for p in points], smooth), color=color, label=label,
+                      ls=style["ls"] if name in same else "-", lw=style.get("lw", 1.5))
     book = book_panels(family)
-    seeds = max((r.get("seeds", 0) for r in rows), default=0)
     for axis, metric in zip(axes, (*heldout, *trained)):
         title, ylabel, _ = _label(metric)
-        if seeds and metric in heldout:  # said once, not in every legend entry (they hid the lines)
-            title += f"\nmean of {seeds} seeds, band: min-max"
+        if metric in heldout and seeds:
+            title += f"\nmean of {seeds} seeds" + (" (bands: the panels below)" if metric in banded else "")
         if metric in book:  # the book's panel: its wandb name in the title
             title = f"The book's {book[metric]}: our {metric}"
             ylabel = f"{book[metric]} (running mean of 10 logs)" if metric not in LABELS else ylabel
+        if metric not in heldout:
+            ylabel = ylabel.replace("running mean of 10 logs", _smoothing_words(smooth))
         axis.set(xlabel="optimizer step", ylabel=ylabel, title=title)
+        axis.legend(fontsize=8, ncol=2)
+    for r, metric in enumerate(banded, start=1):  # small multiples: one algorithm each, its band, the rest grey
+        scale = 100 if _label(metric)[2] else 1
+        for c, row in enumerate(rows):
+            axis = small[r - 1][c]
+            for other in rows:
+                if other is not row:
+                    points = _heldout_points(other, metric)
+                    axis.plot([p[0] for p in points], [scale * p[1] for p in points], color="0.8", lw=0.8)
+            points = _heldout_points(row, metric)
+            color = colors[row["algorithm"]]
+            axis.plot([p[0] for p in points], [scale * p[1] for p in points], color=color, marker="o", markersize=2.5)
+            band = row["curves"].get("bands", {}).get("heldout", {}).get(metric) or []
+            if band:
+                axis.fill_between([b[0] for b in band], [scale * b[1] for b in band], [scale * b[2] for b in band],
+                                  color=color, alpha=0.25, lw=0)
+            axis.set_title(row["algorithm"] + (f" (= {same[row['algorithm']]})" if row["algorithm"] in same else ""),
+                           fontsize=9)
+            axis.tick_params(labelsize=7)
+            if c == 0:
+                axis.set_ylabel(f"{metric}{' (%)' if scale == 100 else ''}\nband: min-max, {seeds} seeds", fontsize=8)
+            axis.xaxis.set_major_locator(MaxNLocator(nbins=3, integer=True))
+            axis.grid(alpha=0.3)
     for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8, ncol=2)
     fig.suptitle(f"{family} on the nano profile, spell_backward (this project's CPU runs, not the book's)")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _heldout_points(row: dict[str, Any], metric: str) -> list:
+    return [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
+
+
+def logs_window(rows: list[dict[str, Any]]) -> int:
+    """Logs per running mean of the training panels: 10 for runs of at least 50 logs, else none (a short run's
+    running mean would end far from its last value, the number its table shows)."""
+    shortest = min((len(r["curves"]["training"]) for r in rows), default=0)
+    return 10 if shortest >= 50 else 1
+
+
+def _smoothing_words(window: int) -> str:
+    return f"running mean of {window} logs" if window > 1 else "every log"
 
 
 def _cell(value: float, rate: bool, signed: bool = False) -> str:

@@ -85,8 +85,12 @@ def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
     if key and key.startswith("gain/"):
         axis.axhline(0, color="grey", lw=0.8, ls="--")
 
-    # 2-3. Curves: the training metric (running mean of 10 logs) and the periodic held-out metric, per cell.
-    for axis, data, metric, smooth in ((axes[1], train_curves, training, 10),
+    # 2-3. Curves: the training metric and the periodic held-out metric, per cell. The training curve is a running
+    # mean of 10 logs only for runs of at least 50 logs: on a short run it would end far from the last log, the
+    # `final/` number of the table (2 logs 0 and 0.75: a running mean ending at 0.375 beside a table's 0.75).
+    shortest = min((len(pts) for per_seed in train_curves.values() for pts in per_seed.values()), default=0)
+    window = 10 if shortest >= 50 else 1
+    for axis, data, metric, smooth in ((axes[1], train_curves, training, window),
                                        *(((axes[2], eval_curves, heldout_curve, 1),) if eval_curves else ())):
         for n, (cell, per_seed) in enumerate(data.items()):
             steps, mean, low, high = seed_band(per_seed, smooth)
@@ -94,8 +98,11 @@ def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
             axis.plot(steps, mean, color=f"C{n % 10}", label=f"{cell} (mean of {len(per_seed)} seeds{band})")
             if len(per_seed) > 1:
                 axis.fill_between(steps, low, high, color=f"C{n % 10}", alpha=0.18)
-        axis.set(xlabel="optimizer step", ylabel=metric + ("\n(running mean of 10 logs)" if smooth > 1 else ""),
-                 title="training curve" if smooth > 1 else "periodic held-out evaluation")
+        training_panel = axis is axes[1]
+        how = (f"\n(running mean of {smooth} logs; the table's final/ is the last log)" if smooth > 1 else
+               "\n(every log; the table's final/ is the last)" if training_panel else "")
+        axis.set(xlabel="optimizer step", ylabel=metric + how,
+                 title="training curve" if training_panel else "periodic held-out evaluation")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     for axis in axes:
         axis.grid(alpha=0.3)
