@@ -17,7 +17,12 @@ from conftest import RECIPES
 
 # One epoch instead of the nano profile's two: 225 optimizer steps of 32 rollouts, on the profile's 1000 prompts x 8.
 SHORT = ["--profile", "nano", "--num_train_epochs", "1"]
-MARGIN = 0.03  # measured: +0.064 [+0.021, +0.108] (best-of-8 24.5% vs a random pick's 18.1%, 200 problems)
+# Measured from the target-built base (20.0%), one epoch, best-of-8 over a random pick on 200 held-out problems:
+# training seed 7 (the recipe's, this test) +0.051 [+0.018, +0.086]; seeds 0 / 1 / 2 +0.031 [-0.003, +0.066] /
+# +0.016 [-0.017, +0.049] / +0.046 [+0.011, +0.085] (random pick 15.9% on each). Every seed gains, but at one epoch
+# the paired interval reaches below zero on two of three seeds: a floor on it would fail whenever a change moves the
+# run as a seed does. The floor is half the lowest seed's gain (a margin of 0.008).
+MARGIN = 0.008
 
 
 def test_prm_steps_are_the_answers_characters_labelled_until_the_first_error():
@@ -87,16 +92,18 @@ def test_preference_reward_models_train_on_the_nano_pairs():
 def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_base, tmp_path):
     """A seeded one-epoch ORM on the nano base's rollouts: its best-of-8 pick on held-out problems (the held-out
     evaluator's draw, never trained on) beats the mean correctness of the 8 (a random pick's expected accuracy) by
-    at least MARGIN, with the paired 95% interval above 0, as `rlhf-recipes evaluate` reports it."""
+    at least MARGIN (measured over seeds above), as `rlhf-recipes evaluate` reports it."""
+    from conftest import assert_base_unmoved
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main as train
 
+    assert_base_unmoved(nano_base, 0.20, "test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick")
     run = tmp_path / "orm"
-    assert train([str(RECIPES / "orm.yaml"), *SHORT, "--output_dir", str(run)]) == 0
+    assert train([str(RECIPES / "orm.yaml"), *SHORT, "--seed", "7", "--output_dir", str(run)]) == 0
     assert evaluate([str(run), "--output", str(run / "eval.json")]) == 0
     result = json.loads((run / "eval.json").read_text())
     metrics, gain = result["metrics"], result["intervals"]["best_of_n_gain"]
     assert result["details"]["best_of_n"]["problems"] == 200 and result["details"]["best_of_n"]["overlaps_dropped"] >= 0
     assert metrics["random_pick_accuracy"] <= metrics["oracle_accuracy"]
     assert result["details"]["demo"] == [] and result["samples"][0]["rollouts_by_score"]  # not the book's GSM8K demo
-    assert metrics["best_of_n_gain"] >= MARGIN and gain["low"] > 0, (metrics, gain)
+    assert metrics["best_of_n_gain"] >= MARGIN, (metrics, gain)
