@@ -6,6 +6,7 @@ generate          n completions per chat (greedy, or sampled with the given sett
                   under a tqdm bar, the model's own end tokens; each completion with its text, its token ids
                   (up to and including the end token) and whether it ran out of tokens; `stats` gets the
                   seconds and generated tokens (the result's throughput).
+prompt_ids        each chat's prompt token ids, rendered as `generate` renders it.
 chat_ids          a (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers
                   split them (the prompt rendered with the generation prompt; the completion is the rest).
 completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at temperature 1.
@@ -22,6 +23,12 @@ from typing import Any
 def prompt_text(tokenizer, chat: list[dict], chat_template_kwargs: dict | None) -> str:
     return tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
                                          **(chat_template_kwargs or {}))
+
+
+def prompt_ids(tokenizer, chats: list[list[dict]], chat_template_kwargs: dict | None) -> list[list[int]]:
+    """Token ids of each chat rendered with the generation prompt (what `generate` feeds the model)."""
+    return [tokenizer(prompt_text(tokenizer, chat, chat_template_kwargs), add_special_tokens=False)["input_ids"]
+            for chat in chats]
 
 
 def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: int, max_new_tokens: int,

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import read_metrics
-from rlhf_recipes.tools.pipeline import PipelineOptions, best_of_n_kl, run_pipeline, win_rate
+from rlhf_recipes.tools.lab.kl import kl_best_of_n as best_of_n_kl
+from rlhf_recipes.tools.pipeline import PipelineOptions, run_pipeline, win_rate
 
 
 

@@ -11,19 +11,20 @@ import numpy as np
 import pytest
 import torch
 
+from rlhf_recipes.tools.lab import kl
 from rlhf_recipes.tools.overoptimization import formulas, rows
 from rlhf_recipes.tools.overoptimization.cli import document, main
 from rlhf_recipes.tools.overoptimization.plan import PROFILES, Profile, Proxy
 
 
 def test_kl_of_best_of_n_is_log_n_minus_n_minus_1_over_n():
-    assert formulas.kl_best_of_n(1) == 0.0
-    assert formulas.kl_best_of_n(2) == pytest.approx(math.log(2) - 0.5)
-    assert formulas.kl_best_of_n(64) == pytest.approx(4.158883 - 0.984375, abs=1e-6)
-    values = [formulas.kl_best_of_n(n) for n in (1, 2, 4, 8, 16, 32, 64)]
+    assert kl.kl_best_of_n(1) == 0.0
+    assert kl.kl_best_of_n(2) == pytest.approx(math.log(2) - 0.5)
+    assert kl.kl_best_of_n(64) == pytest.approx(4.158883 - 0.984375, abs=1e-6)
+    values = [kl.kl_best_of_n(n) for n in (1, 2, 4, 8, 16, 32, 64)]
     assert values == sorted(values)
     with pytest.raises(ValueError, match="n >= 1"):
-        formulas.kl_best_of_n(0)
+        kl.kl_best_of_n(0)
 
 
 def _brute_force_pick(proxy, gold, n):
@@ -39,11 +40,11 @@ def _brute_force_pick(proxy, gold, n):
 def test_best_of_n_pick_equals_the_average_over_every_subset():
     proxy = [0.3, 1.2, -0.5, 1.2, 0.7, 0.0]  # a tie at the top
     gold = [1.0, 0.0, 0.5, 1.0, 0.25, 0.0]
-    assert formulas.best_of_n_pick(proxy, gold, 1)[0] == pytest.approx(np.mean(gold))
+    assert kl.best_of_n_pick(proxy, gold, 1)[0] == pytest.approx(np.mean(gold))
     for n in range(1, 7):
-        assert formulas.best_of_n_pick(proxy, gold, n)[0] == pytest.approx(_brute_force_pick(proxy, gold, n))
-    assert formulas.best_of_n_pick(proxy, gold, 6) == pytest.approx((0.5, 1.2))  # the two tied at 1.2: mean gold
-    assert formulas.best_of_n_weights(64, 8).sum() == pytest.approx(1.0)
+        assert kl.best_of_n_pick(proxy, gold, n)[0] == pytest.approx(_brute_force_pick(proxy, gold, n))
+    assert kl.best_of_n_pick(proxy, gold, 6) == pytest.approx((0.5, 1.2))  # the two tied at 1.2: mean gold
+    assert kl.best_of_n_weights(64, 8).sum() == pytest.approx(1.0)
 
 
 def test_sequence_kl_on_fixed_tensors():
@@ -51,7 +52,7 @@ def test_sequence_kl_on_fixed_tensors():
     q = torch.log(torch.tensor([[[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]]]))
     ids = torch.tensor([[0, 1], [1, 0]])
     mask = torch.tensor([[1, 1], [1, 0]])  # the second completion has one token
-    exact, ratio = formulas.sequence_kl(p, q, ids, mask)
+    exact, ratio = kl.sequence_kl(p, q, ids, mask)
     token = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
     assert exact == pytest.approx([2 * token, 0.0], abs=1e-6)
     assert ratio == pytest.approx([math.log(1.5) + math.log(0.5), 0.0], abs=1e-6)
@@ -100,7 +101,7 @@ def test_best_of_n_rows_bookkeeping():
     base, _ = _synthetic()
     good = rows.best_of_n_rows(base, "good", [1, 2, 4])
     assert [r["n"] for r in good] == [1, 2, 4] and all(r["proxy_name"] == "good" for r in good)
-    assert [r["kl"] for r in good] == [formulas.kl_best_of_n(n) for n in (1, 2, 4)]
+    assert [r["kl"] for r in good] == [kl.kl_best_of_n(n) for n in (1, 2, 4)]
     assert good[0]["gold"] == pytest.approx(np.mean(base["gold"]))  # n = 1: a random sample
     assert good[-1]["gold"] == 1.0 and good[-1]["proxy"] == 4.0  # n = all: the proxy's top sample, right on both
     assert rows.best_of_n_rows(base, "bad", [4])[0]["gold"] == 0.0  # the bad proxy's top samples are wrong

@@ -158,74 +158,16 @@ def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -
 # Evaluation
 
 
-def _device():
-    import torch
+def sample(model, tokenizer, prompts: list[Any], chat_template_kwargs: dict | None, max_new_tokens: int,
+           temperature: float, batch_size: int, seed: int) -> list[list[int]]:
+    """One completion per prompt (token ids up to and including the end token): sampled at `temperature` from the
+    whole distribution (no top-k / top-p / min-p cut), greedy at 0."""
+    from rlhf_recipes.generation import generate
 
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def load_policy(path: str | Path, dtype=None):
-    """A trained policy (full or LoRA adapter, merged) or a checkpoint id, in eval mode."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    path = Path(path) if Path(str(path)).exists() else path
-    kwargs = {"dtype": dtype or (torch.bfloat16 if torch.cuda.is_available() else torch.float32)}
-    if isinstance(path, Path) and (path / "adapter_config.json").exists() and not (path / "config.json").exists():
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), **kwargs).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    return model.to(_device()).eval().requires_grad_(False)
-
-
-def prompt_token_ids(tokenizer, prompts: list[Any], chat_template_kwargs: dict | None) -> list[list[int]]:
-    out = []
-    for prompt in prompts:
-        if isinstance(prompt, list):
-            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False,
-                                                 **(chat_template_kwargs or {}))
-        else:
-            text = prompt
-        out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return out
-
-
-def _left_pad(rows: list[list[int]], pad_id: int):
-    import torch
-
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = 1
-    return ids, mask
-
-
-def sample_completions(model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                       batch_size: int, seed: int) -> list[list[int]]:
-    """One sampled completion per prompt (token ids up to and including the first EOS)."""
-    import torch
-
-    torch.manual_seed(seed)
-    eos = tokenizer.eos_token_id
-    stop = set(eos if isinstance(eos, list) else [eos])
-    out: list[list[int]] = []
-    device = next(model.parameters()).device
-    for start in range(0, len(prompt_ids), batch_size):
-        ids, mask = _left_pad(prompt_ids[start:start + batch_size], tokenizer.pad_token_id)
-        with torch.no_grad():
-            generated = model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None, top_p=1.0, top_k=0, min_p=None,
-                max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=list(stop),
-            )
-        for row in generated[:, ids.size(1):].tolist():
-            cut = next((i + 1 for i, t in enumerate(row) if t in stop), len(row))
-            out.append(row[:cut])
-    return out
+    sampling = {"temperature": temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0} if temperature > 0 else {}
+    groups = generate(model, tokenizer, prompts, n=1, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                      chat_template_kwargs=chat_template_kwargs, desc="HH samples", seed=seed, **sampling)
+    return [group[0]["ids"] for group in groups]
 
 
 def win_rate(scores: list[float], reference: list[float]) -> float:
@@ -241,23 +183,20 @@ def _stderr(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
-def best_of_n_kl(n: int) -> float:
-    """KL(best-of-n || base) <= log n - (n - 1) / n (Stiennon et al. 2020; exact for distinct samples)."""
-    return math.log(n) - (n - 1) / n
-
-
 def evaluate_policies(
     runs: dict[str, Path], reference_path: str, rm_path: Path, prompts: list[Any], tokenizer,
     chat_template_kwargs: dict | None, max_new_tokens: int, options: PipelineOptions,
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
     from rewards.reward_model import reward_model_reward
-    from rlhf_recipes.generation import completion_logprobs
+    from rlhf_recipes.generation import completion_logprobs, prompt_ids as render
     from rlhf_recipes.models import resolve_model_path
+    from rlhf_recipes.tools.lab.kl import kl_best_of_n
+    from rlhf_recipes.tools.lab.policy import load_policy
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
     pad_id = tokenizer.pad_token_id
-    prompt_ids = prompt_token_ids(tokenizer, prompts, chat_template_kwargs)
+    prompt_ids = render(tokenizer, prompts, chat_template_kwargs)
 
     def logprobs(model, ids):  # sum over each completion's tokens (the count is not needed here)
         return [total for total, _ in completion_logprobs(model, prompt_ids, ids, pad_id, options.eval_batch_size,
@@ -267,8 +206,9 @@ def evaluate_policies(
     as_messages = lambda strings: [[{"role": "assistant", "content": s}] for s in strings]  # noqa: E731
 
     reference = load_policy(resolve_model_path(reference_path))
-    ref_ids = sample_completions(reference, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
-                                 options.eval_batch_size, options.seed)
+    draw = lambda model, seed: sample(model, tokenizer, prompts, chat_template_kwargs, max_new_tokens,  # noqa: E731
+                                      options.eval_temperature, options.eval_batch_size, seed)
+    ref_ids = draw(reference, options.seed)
     ref_texts = texts(ref_ids)
     ref_scores = rm(completions=as_messages(ref_texts), prompts=prompts)
     rows = [{"method": "reference", "run": str(reference_path), "mean_reward": _mean(ref_scores),
@@ -278,8 +218,7 @@ def evaluate_policies(
 
     for method, run in runs.items():
         policy = load_policy(run)
-        ids = sample_completions(policy, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
-                                 options.eval_batch_size, options.seed + 1)
+        ids = draw(policy, options.seed + 1)
         logp = logprobs(policy, ids)
         del policy
         ref_logp = logprobs(reference, ids)
@@ -294,15 +233,14 @@ def evaluate_policies(
 
     if options.best_of_n > 1:
         n = options.best_of_n
-        candidates = [sample_completions(reference, tokenizer, prompt_ids, max_new_tokens, options.eval_temperature,
-                                         options.eval_batch_size, options.seed + 100 + k) for k in range(n)]
+        candidates = [draw(reference, options.seed + 100 + k) for k in range(n)]
         candidate_scores = [rm(completions=as_messages(texts(c)), prompts=prompts) for c in candidates]
         best = [max(range(n), key=lambda k: candidate_scores[k][i]) for i in range(len(prompts))]
         scores = [candidate_scores[k][i] for i, k in enumerate(best)]
         best_ids = [candidates[k][i] for i, k in enumerate(best)]
         name = f"best_of_{n}"
         rows.append({"method": name, "run": f"{n} samples of the reference, the RM picks one",
-                     "mean_reward": _mean(scores), "reward_stderr": _stderr(scores), "kl": best_of_n_kl(n),
+                     "mean_reward": _mean(scores), "reward_stderr": _stderr(scores), "kl": kl_best_of_n(n),
                      "kl_per_token": None, "win_rate": win_rate(scores, ref_scores),
                      "mean_length": _mean([len(c) for c in best_ids]), "kl_note": "analytic bound log n - (n-1)/n"})
         samples[name] = _samples(prompts, texts(best_ids), scores)

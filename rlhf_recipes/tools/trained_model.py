@@ -63,10 +63,10 @@ class TrainedModel:
 
     def load_policy(self, dtype=None, merge: bool = False):
         """The trained causal LM (a LoRA run: PeftModel of the adapter on its base, merged if asked)."""
-        from transformers import AutoModelForCausalLM
-
         if not self.is_adapter:
-            return AutoModelForCausalLM.from_pretrained(str(self.folder), dtype=dtype or "auto")
+            from rlhf_recipes.tools.lab.policy import load_policy
+
+            return load_policy(self.folder, dtype or "auto", device=None)
         from peft import PeftModel
 
         base = load_base(self.base_model, dtype or self.recipe.model.dtype)
@@ -85,9 +85,9 @@ class TrainedModel:
     def prompt_ids(self, tokenizer, user_text: str) -> list[int]:
         """Token ids of `user_text` asked as the run's training prompts were built."""
         from rlhf_recipes.data.sources import chat_prompt
-        from rlhf_recipes.tools.pipeline import prompt_token_ids
+        from rlhf_recipes.generation import prompt_ids
 
-        return prompt_token_ids(tokenizer, [chat_prompt(self.recipe, user_text)], self.chat_template_kwargs)[0]
+        return prompt_ids(tokenizer, [chat_prompt(self.recipe, user_text)], self.chat_template_kwargs)[0]
 
     def prompt_text(self, tokenizer, user_text: str) -> str:
         """What the model reads for `user_text` (the chat template rendered), for showing."""

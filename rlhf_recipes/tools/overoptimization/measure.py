@@ -7,7 +7,7 @@ none of the proxies' pairs or rollouts, the RL prompts or the direct-alignment p
           score_answer on the last <answer>, partial credit in [0, 1]; the book's correctness reward);
   proxy   a learned reward model scoring the completion exactly as the RL reward `rm:<proxy>` does;
   kl      per completion sampled from pi, the sum over its tokens of the exact next-token KL(pi || pi_base), both
-          at the sampling temperature without the cut (formulas.sequence_kl), averaged: the KL from the base along
+          at the sampling temperature without the cut (lab/kl.py's sequence_kl), averaged: the KL from the base along
           the policy's own samples.
 Every model samples as the RL recipe samples (nano: temperature 0.6, top-k 20, top-p 0.95): the policy as it is
 used, and the base as best-of-n draws from it. Without the cut, the tail of a trained policy's distribution is
@@ -42,9 +42,9 @@ def heldout(profile: str, problems: int):
 
 
 def _load(path: str):
-    from transformers import AutoModelForCausalLM
+    from rlhf_recipes.tools.lab.policy import load_policy
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+    return load_policy(path, dtype="float32", device=None)
 
 
 def sample(model, tokenizer, rows, k: int, kwargs, max_new_tokens: int, sampling: dict[str, Any],
@@ -81,14 +81,13 @@ def kl(policy, base, tokenizer, rows, groups, kwargs, temperature: float,
        batch_size: int = 64) -> tuple[list[list[float]], list[list[float]]]:
     """Per sample: (sum of exact token KLs, sum of log-ratios) of KL(policy || base), both models' next-token
     distributions at the sampling temperature without the top-k / top-p cut (which would make the KL infinite
-    wherever the two models' cuts differ), along the policy's own samples (formulas.sequence_kl)."""
+    wherever the two models' cuts differ), along the policy's own samples (lab/kl.py's sequence_kl)."""
     import torch
 
-    from rlhf_recipes.generation import _right_padded, prompt_text
-    from rlhf_recipes.tools.overoptimization.formulas import sequence_kl
+    from rlhf_recipes.generation import _right_padded, prompt_ids
+    from rlhf_recipes.tools.lab.kl import sequence_kl
 
-    prompts = [tokenizer(prompt_text(tokenizer, list(r["prompt"]), kwargs), add_special_tokens=False)["input_ids"]
-               for r in rows]
+    prompts = prompt_ids(tokenizer, [list(r["prompt"]) for r in rows], kwargs)
     pairs = [(p, c["ids"]) for p, group in zip(prompts, groups) for c in group]
     exact, ratio = [], []
     for start in range(0, len(pairs), batch_size):

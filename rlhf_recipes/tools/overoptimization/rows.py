@@ -3,7 +3,7 @@ overoptimization.json. Pure functions of plain data; every mean over held-out pr
 interval over problems (rlhf_recipes/tools/sweep/stats.py).
 
   best_of_n rows   per proxy (`proxy_name`) and n: KL = log n - (n-1)/n (analytic), d = sqrt(KL), the expected
-                   gold and proxy scores of the proxy's pick among n base samples (formulas.best_of_n_pick, per
+                   gold and proxy scores of the proxy's pick among n base samples (lab/kl.py's best_of_n_pick, per
                    problem);
   rl rows          per proxy and measured step (step 0 = the base): the sampled KL, gold and proxy scores;
   direct rows      per algorithm, beta and step: the sampled KL and gold score;
@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_recipes.tools.overoptimization.formulas import (
-    best_of_n_pick, fit_best_of_n, fit_rl, kl_best_of_n, pairwise_accuracy,
-)
+from rlhf_recipes.tools.lab.kl import best_of_n_pick, kl_best_of_n
+from rlhf_recipes.tools.overoptimization.formulas import fit_best_of_n, fit_rl, pairwise_accuracy
 
 
 def over_problems(values: list[float]) -> dict[str, Any]:
