@@ -106,6 +106,12 @@ class RecipeArgs:
                   "`eval_problems` problems, greedy, logged as eval/<metric> (0: off). See docs/tools.md#evaluate."},
     )
     eval_problems: int = field(default=32, metadata={"help": "Held-out problems each periodic evaluation scores."})
+    heldout_target: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "Train to a held-out target instead of to a step count (rlhf_recipes/evaluation/target.py "
+                  "Goal: target, band, every, problems, metric, recipe): the checkpoint closest to `target` inside "
+                  "`band` is kept. How the nano bases are built (rlhf_recipes/nano.py)."},
+    )
     wandb_project: str | None = field(default=None, metadata={"help": "wandb project when report_to includes wandb."})
     wandb_mode: str | None = field(default=None, metadata={"help": "online | offline | disabled (sets WANDB_MODE)."})
 

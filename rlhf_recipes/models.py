@@ -19,18 +19,14 @@ def resolve_model_path(name: str | None) -> str:
         from rlhf_recipes.tiny import tiny_model_path
 
         return tiny_model_path()
-    if name == NANO:
-        from rlhf_recipes.nano import nano_model_path
+    if name in (NANO, NANO_SDPO):  # trained bases: built by the runner's prerequisite step, only found here
+        from rlhf_recipes.nano import built_base_path
 
-        return nano_model_path()
-    if name == NANO_INIT:
+        return built_base_path(name)
+    if name == NANO_INIT:  # a random init (seconds, no training): built on first use
         from rlhf_recipes.nano import nano_init_path
 
         return nano_init_path()
-    if name == NANO_SDPO:
-        from rlhf_recipes.nano import nano_sdpo_model_path
-
-        return nano_sdpo_model_path()
     return name
 
 

@@ -11,14 +11,15 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
                 (~350 bytes) and the spell_backward question prefix, so a prompt is ~36 tokens, not ~400;
               - the four reasoning tags as single tokens and ChatML, as in tiny (and in Qwen3's tokenizer).
   nano        nano-init after `recipes/nano_sft.yaml` (algorithm sft: the book's chapter 4 stage before RL),
-              run through the normal runner in a subprocess the first time a nano run needs it (~1.5-3 minutes
+              run through the normal runner in a subprocess, as the first step of the first nano run (the runner's
+              prerequisites; `rlhf-recipes nano build` alone; resolving the name never builds it) (~1.5-3 minutes
               on one CPU thread), built to a held-out target (BASE_GOAL below: the checkpoint closest to 20%
               held-out exact match inside [15%, 25%]), so the base is partly competent, the same on every
               machine, and every RL algorithm has room to show what it does.
   nano-sdpo   nano after `recipes/nano_sdpo_sft.yaml`: taught to read SDPO's teacher prompt (a demonstration in
               context, which SDPO presupposes and the nano base cannot do), with replay of nano's own answers so
               its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~4 minutes,
-              built on first use).
+              built as the first step of the first such run, or by `rlhf-recipes nano build --sdpo`).
 
 All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
 them (shapes, seed, tokens, template, the SFT recipe's values, the held-out goal); a file lock makes concurrent
@@ -154,11 +155,14 @@ def sdpo_base_fingerprint() -> str:
 
 
 def run_sft(recipe_name: str, target: Path, goal: dict, overrides: tuple[str, ...] = ()) -> None:
-    """`python -m rlhf_recipes.tools.nano_base recipes/RECIPE.yaml --goal GOAL --output_dir TARGET [overrides]`: the
-    normal runner with the held-out target rule (evaluation/target.py), in its own process (a run configures
-    logging, seeds and threads for the whole process). The record of what it measured lands beside the model."""
+    """`recipes/run.py recipes/RECIPE.yaml --heldout_target GOAL --output_dir TARGET [overrides]`: the normal runner, as
+    a user runs it, trained to the held-out target (the recipe key heldout_target, evaluation/target.py), in its own
+    process (a run configures logging, seeds and threads for the whole process). The record of what it measured
+    lands beside the model."""
+    from rlhf_recipes.paths import RECIPES_DIR
+
     log = target / "build.log"
-    command = [sys.executable, "-m", "rlhf_recipes.tools.nano_base", str(_recipe_path(recipe_name)), "--goal",
+    command = [sys.executable, str(RECIPES_DIR / "run.py"), str(_recipe_path(recipe_name)), "--heldout_target",
                json.dumps(goal), "--output_dir", str(target), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with open(log, "w", encoding="utf-8") as out:
@@ -175,20 +179,64 @@ def _sft_build(recipe_name: str, goal: dict, target: Path, start_path, what: str
         return str(target)
     start_path()  # before the lock: the SFT subprocess then finds its start cached
     return build_cached(target, lambda folder: run_sft(recipe_name, folder, goal),
-                        announce=f"building {what}: recipes/{recipe_name}.yaml (SFT, once) -> {target}")
+                        announce=f"building {what} first (once, then cached): recipes/{recipe_name}.yaml, SFT to its "
+                                 f"held-out target -> {target}")
+
+
+def _base_dir() -> Path:
+    return cache_root() / f"nano-sft-{base_fingerprint()}"
+
+
+def _sdpo_base_dir() -> Path:
+    return cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}"
 
 
 def nano_model_path() -> str:
-    """The nano SFT base (model + tokenizer + the SFT run's record), trained on first use (~1-2 min) and cached."""
-    return _sft_build(SFT_RECIPE, BASE_GOAL, cache_root() / f"nano-sft-{base_fingerprint()}", nano_init_path,
-                      "the nano base")
+    """The nano SFT base (model + tokenizer + the SFT run's record), BUILT here when missing (~1-2 min of training)
+    and cached: the runner's prerequisite step, `rlhf-recipes nano build`, the tools and tests call it."""
+    return _sft_build(SFT_RECIPE, BASE_GOAL, _base_dir(), nano_init_path, "the nano base")
 
 
 def nano_sdpo_model_path() -> str:
-    """The nano-sdpo base (nano taught to read SDPO's teacher prompt), trained on first use (~4 min) and cached."""
-    return _sft_build(SDPO_SFT_RECIPE, SDPO_BASE_GOAL, cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}",
-                      nano_model_path, "the nano SDPO base")
+    """The nano-sdpo base (nano taught to read SDPO's teacher prompt), BUILT here when missing (~4 min) and cached."""
+    return _sft_build(SDPO_SFT_RECIPE, SDPO_BASE_GOAL, _sdpo_base_dir(), nano_model_path, "the nano SDPO base")
+
+
+BUILDS = {BASE: nano_model_path, SDPO_BASE: nano_sdpo_model_path}  # the bases a run's model may name
+
+
+def build_missing_bases(model_name: str | None) -> None:
+    """The runner's prerequisite step: the nano base a run starts from, built once if it is missing (announced)."""
+    if model_name in BUILDS:
+        BUILDS[model_name]()
+
+
+def built_base_path(model_name: str) -> str:
+    """Where a nano base is, once built; resolving its name never trains one: a missing base is a one-line error."""
+    folder = {BASE: _base_dir, SDPO_BASE: _sdpo_base_dir}[model_name]()
+    if not (folder / "config.json").exists():
+        from rlhf_recipes.errors import RecipeError
+
+        raise RecipeError(f"the {model_name} base is not built yet ({folder}); `rlhf-recipes nano build"
+                          f"{' --sdpo' if model_name == SDPO_BASE else ''}` builds it (~2-4 minutes, once), as a "
+                          f"--profile nano run does before it starts")
+    return str(folder)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`rlhf-recipes nano build [--sdpo]`: build the nano base (and with --sdpo the nano-sdpo base) now, if missing,
+    and print where each is. Every --profile nano run does this first; this runs it alone (e.g. before a sweep)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="rlhf-recipes nano", description=cli.__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["build"], help="build: the nano bases a --profile nano run starts from")
+    parser.add_argument("--sdpo", action="store_true", help="also the nano-sdpo base (SDPO's nano runs start there)")
+    args = parser.parse_args(argv)
+    print(f"{BASE}: {nano_model_path()}")
+    if args.sdpo:
+        print(f"{SDPO_BASE}: {nano_sdpo_model_path()}")
+    return 0
 
 
 if __name__ == "__main__":
-    print(nano_model_path())
+    sys.exit(cli())

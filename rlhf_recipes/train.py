@@ -30,8 +30,8 @@ EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full
 
 
 def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
-    """`extra_callbacks`: trainer callbacks added to the run's own (the nano base's held-out target,
-    rlhf_recipes/tools/nano_base.py); one with an `attach(trainer)` method gets the trainer before training."""
+    """`extra_callbacks`: trainer callbacks added to the run's own (as the recipe's `heldout_target` adds
+    evaluation/target.py's); one with an `attach(trainer)` method gets the trainer before training."""
     quiet_known_noise()
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
         configure_reporting(recipe)
         explain_once(recipe)
         try:
-            trainer, family, interrupt, health = build(recipe, folder, extra_callbacks)
+            prerequisites(recipe)
+            trainer, family, interrupt, health = build(recipe, folder, extra_callbacks, argv)
         except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
             console = stop_console(console)
             folder.abandon()
@@ -119,8 +120,17 @@ def report_error(error: Exception) -> None:
     logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error)
 
 
-def build(recipe, folder, extra_callbacks: tuple = ()):
-    """Data, model and trainer: everything that can fail before the first step."""
+def prerequisites(recipe) -> None:
+    """What must exist before the run loads its model: an embedded nano base (nano, nano-sdpo) is built once by its
+    own SFT recipe through this runner, announced on stderr, and cached (`rlhf-recipes nano build` runs this step
+    alone). Resolving the model's name later only finds it."""
+    from rlhf_recipes.nano import build_missing_bases
+
+    build_missing_bases(recipe.value("model_name_or_path"))
+
+
+def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
+    """Data, model and trainer: everything that can fail before the first step. `argv`: the run's command line."""
     # Heavy imports only once the recipe is known to be valid.
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_tokenizer
@@ -138,9 +148,11 @@ def build(recipe, folder, extra_callbacks: tuple = ()):
     model = family.load_model(recipe, tokenizer)
     callbacks, interrupt, health = run_callbacks(recipe, folder)
     from rlhf_recipes.evaluation.callback import periodic_evaluation
+    from rlhf_recipes.evaluation.target import heldout_target
 
     periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before training starts
-    attached = [c for c in (periodic, *extra_callbacks) if c is not None]
+    target = heldout_target(recipe, list(argv))  # the recipe's heldout_target: train to it, keep that checkpoint
+    attached = [c for c in (periodic, target, *extra_callbacks) if c is not None]
     callbacks += attached
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)
     for callback in attached:

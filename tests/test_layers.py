@@ -49,3 +49,13 @@ def test_packages_import_only_the_floors_below(folder, above):
 ])
 def test_low_files_of_rlhf_recipes_do_not_reach_up(files, above):
     assert reaches([REPO / f for f in files], above) == []
+
+
+def test_the_core_never_names_the_tools():
+    """The core (rlhf_recipes/ outside tools/) neither imports the tools nor names one of their modules in a string
+    (a `python -m rlhf_recipes.tools.X` subprocess or an importlib call would be an arrow up that no import shows)."""
+    core = [p for p in sorted((REPO / "rlhf_recipes").rglob("*.py")) if "tools" not in p.relative_to(REPO).parts[1:2]]
+    assert len(core) > 50
+    named = [f"{p.relative_to(REPO)}:{n}" for p in core for n, line in enumerate(p.read_text().splitlines(), 1)
+             if "rlhf_recipes.tools" in line]
+    assert named == []

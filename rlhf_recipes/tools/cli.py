@@ -1,6 +1,8 @@
 """`rlhf-recipes <command> ...`: one installed command for training and every tool.
 
     rlhf-recipes train recipes/dpo.yaml --profile tiny      # the same as recipes/run.py
+    rlhf-recipes show recipes/dpo.yaml --profile nano       # every setting the run would use, and where it came from
+    rlhf-recipes nano build                                 # the nano base every --profile nano run starts from
     rlhf-recipes compare outputs/grpo --reference grpo      # a run against the book's published run
     rlhf-recipes preflight recipes/grpo.yaml --config_file accelerate_configs/4gpu.yaml   # will it start and finish?
     rlhf-recipes plan recipes/grpo.yaml                     # memory plan before a launch
@@ -37,6 +39,10 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "train": Command("rlhf_recipes.train:cli", "train one recipe (what recipes/run.py runs)"),
+    "show": Command("rlhf_recipes.show:main",
+                    "what a run would train with: every setting and where it came from (class, algorithm, recipe, "
+                    "profile, command line)"),
+    "nano": Command("rlhf_recipes.nano:cli", "nano build: build the nano base (--sdpo: also nano-sdpo) now, if missing"),
     "compare": Command("rlhf_recipes.tools.compare.cli:main", "compare runs with the book's published runs or each other"),
     "preflight": Command("rlhf_recipes.tools.preflight:main",
                          "before a launch: what would stop or spoil the run (GPUs, packages, wandb, hub, disk, memory)"),

@@ -1,0 +1,121 @@
+"""`rlhf-recipes show RECIPE.yaml [--profile P] [--KEY VALUE ...] [--processes N] [--all]`: what a run would train with.
+
+Every setting the run resolves to, each with where it came from: the class default (TRL's, transformers', ours),
+the algorithm's registry defaults, the recipe, the profile (recipes/profiles/<name>.yaml and its section), the
+command line, or derived (gradient accumulation from the effective batch and the process count). It is the
+runner's own resolution (config.load_recipe, then the config classes built as the trainer gets them, their
+__post_init__ included), so it cannot say something the run would not do. Nothing loads a model or data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from rlhf_recipes.config import MODEL_CONFIG, RecipeArgs, load_recipe
+from rlhf_recipes.errors import RecipeError
+
+USAGE = "usage: rlhf-recipes show RECIPE.yaml [--profile tiny|nano] [--KEY VALUE ...] [--processes N] [--all]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    group: str  # recipe (ours), model (TRL's ModelConfig), training (the algorithm's config class)
+    key: str
+    value: Any
+    source: str
+    default: bool  # the class's own default, set by nothing
+
+
+def settings(recipe) -> tuple[list[Setting], str | None]:
+    """(every setting of the run, in the three configs' field order; why the configs could not be built here, or
+    None). Unbuilt (TRL refuses a value on this machine, e.g. bf16 without a GPU), the values are as resolved."""
+    try:
+        built = {"recipe": recipe.args, "model": recipe.model, "training": recipe.training}
+        problem = None
+    except RecipeError as e:
+        built, problem = {}, str(e)
+    out: list[Setting] = []
+    seen: set[str] = set()
+    for group, values in recipe.typed.items():
+        obj = built.get(group)
+        names = [f.name for f in dataclasses.fields(obj)] if obj is not None else list(values)
+        for key in names:
+            if key in seen or key.startswith("_"):
+                continue
+            seen.add(key)
+            value = getattr(obj, key) if obj is not None else values[key]
+            if key in values:
+                source = recipe.origin.get(key, "derived")
+                if key == "gradient_accumulation_steps" and key not in recipe.origin:
+                    source = f"derived: effective_batch_size / (per-device batch x {recipe.world_size} processes)"
+                if obj is not None and _differs(value, values[key]):
+                    source += f"; the config class made it {value!r} from {values[key]!r}"
+                out.append(Setting(group, key, value, source, False))
+            elif obj is not None and key in recipe.defaults and _differs(value, recipe.defaults[key]):
+                out.append(Setting(group, key, value, f"set by {type(obj).__name__} from its other values", False))
+            else:
+                out.append(Setting(group, key, value, "default", True))
+    return out, problem
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b) and not (hasattr(a, "value") and a.value == b)  # an enum against its value
+    except Exception:  # noqa: BLE001  (values that do not compare: shown as set)
+        return False
+
+
+def render(recipe, all_keys: bool = False) -> str:
+    rows, problem = settings(recipe)
+    config_class = recipe.algorithm.config_class.replace(":", ".")
+    titles = {"recipe": f"ours ({RecipeArgs.__module__}.RecipeArgs)",
+              "model": f"the model's ({MODEL_CONFIG.replace(':', '.')})",
+              "training": f"the trainer's ({config_class})"}
+    profile = recipe.args.profile
+    lines = [f"{recipe.source}{f' --profile {profile}' if profile else ''}: algorithm {recipe.algorithm.name} "
+             f"(family {recipe.algorithm.family}), {recipe.world_size} process{'es' if recipe.world_size > 1 else ''}"]
+    if problem:
+        lines.append(f"(the config classes were not built here, so TRL's own checks did not run: {problem})")
+    shown = [r for r in rows if all_keys or not r.default]
+    width = max((len(r.key) for r in shown), default=0)
+    for group, title in titles.items():
+        group_rows = [r for r in shown if r.group == group]
+        if group_rows:
+            lines += ["", f"{title}:"]
+            lines += [f"  {r.key:<{width}}  {_text(r.value):<28}  {r.source}" for r in group_rows]
+    hidden = sum(r.default for r in rows) if not all_keys else 0
+    if hidden:
+        lines += ["", f"{hidden} other keys keep their class's default (--all lists them)."]
+    return "\n".join(lines)
+
+
+def _text(value: Any) -> str:
+    text = repr(getattr(value, "value", value))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n{__doc__.split(chr(10), 2)[2].strip()}")
+        return 0
+    all_keys = "--all" in argv
+    argv = [a for a in argv if a != "--all"]
+    world_size = None
+    if "--processes" in argv:
+        i = argv.index("--processes")
+        try:
+            world_size = int(argv[i + 1])
+        except (IndexError, ValueError):
+            print(f"rlhf-recipes show: --processes takes a whole number of processes\n{USAGE}", file=sys.stderr)
+            return 2
+        del argv[i:i + 2]
+    try:
+        recipe = load_recipe(argv, world_size=world_size, construct=False)
+        print(render(recipe, all_keys))
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
