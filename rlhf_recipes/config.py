@@ -25,6 +25,7 @@ from typing import Any
 from rlhf_recipes.config_schema import Mismatch, coerce, fields_of, import_object, read_fields, text
 from rlhf_recipes.data.sources import SOURCES
 from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.preflight import WANDB_PROJECT, reports_to_wandb
 from rlhf_recipes.profiles import profile_names, read_profile
 from rlhf_recipes.registry import ALGORITHMS, Algorithm, family_of
 from rlhf_recipes.validation import check_ranges
@@ -103,7 +104,8 @@ class RecipeArgs:
     eval_every: int = field(
         default=0,
         metadata={"help": "Run the family's held-out evaluation every N optimizer steps during training, on "
-                  "`eval_problems` problems, greedy, logged as eval/<metric> (0: off). See docs/tools.md#evaluate."},
+                  "`eval_problems` problems, greedy, logged as eval/<metric> (0: off). See "
+                  "docs/evaluate.md#evaluate-held-out-before-and-after."},
     )
     eval_problems: int = field(default=32, metadata={"help": "Held-out problems each periodic evaluation scores."})
     heldout_target: dict[str, Any] | None = field(
@@ -375,18 +377,6 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
 # (6 saves of weights + AdamW state). --resume picks the newest complete checkpoint, so two keep a fallback when
 # the newest is damaged (checkpoints.py); `--save_total_limit null` keeps them all.
 REAL_RUN_DEFAULTS: dict[str, Any] = {"save_total_limit": 2}
-WANDB_PROJECT = "rlhf-recipes"  # transformers' WandbCallback would log to wandb's project "huggingface"
-
-
-def reports_to_wandb(report_to: Any) -> bool:
-    """Whether a `report_to` value sends the run to wandb (transformers' "all" does when wandb is installed)."""
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    if "all" in names:
-        import importlib.util
-
-        return importlib.util.find_spec("wandb") is not None
-    return "wandb" in names
-
 
 def real_run_defaults(merged: dict[str, Any], origin: dict[str, str], owner: dict[str, str],
                       profile: str | None) -> None:

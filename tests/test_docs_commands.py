@@ -39,7 +39,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", "docs/setup.md", "docs/sft.md", "docs/direct_alignment.md", "docs/policy_gradients.md",
         "docs/rejection_sampling.md", "docs/sdpo.md", "docs/reward_models.md", "docs/pipelines.md", "docs/tools.md",
-        "docs/nano.md", "docs/sweeps.md", "docs/overoptimization.md", "docs/reliability.md"]
+        "docs/nano.md", "docs/sweeps.md", "docs/overoptimization.md", "docs/reliability.md", "docs/evaluate.md",
+        "docs/scale.md"]
 RUNNABLE_MARK = "runs as written"
 SKIP_BLOCK = "<!-- not run by tests/test_docs_commands.py"
 TIMEOUT_S = 300

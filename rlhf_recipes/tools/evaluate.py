@@ -15,7 +15,7 @@ split (rejection sampling), held-out pairs (direct alignment, reward models), he
 scores the model unquantized and in int8/int4. Further --KEY VALUE options override the recipe (e.g.
 --profile tiny, --data_files). Prints metric | before | after | difference [95% interval] and writes the
 result to RUN_DIR/eval/<name>.json (a checkpoint's: RUN_DIR/eval/<name>-checkpoint-N.json), or --output.
-Every metric, the held-out construction and the intervals: docs/tools.md#evaluate.
+Every metric, the held-out construction and the intervals: docs/evaluate.md#evaluate-held-out-before-and-after.
 """
 
 from __future__ import annotations
