@@ -19,14 +19,13 @@ These are this project's nano runs on a CPU, never the book's 1-2B GPU runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import METRICS_FILE, has_metrics, read_metrics, read_results
+from rlhf_recipes.tools.lab.document import save_figure, write_result
 
 SMOOTH = 10  # logs per running mean, as nano-book ...
 SMOOTH_FROM = 50  # ... for runs of at least this many logs: a shorter one (the base logs 27 times) is drawn raw
@@ -180,9 +179,7 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
         axis.legend(fontsize=8)
     fig.suptitle(f"nano_{figure.name}: the book's {figure.image} on the nano profile, spell_backward "
                  "(this project's CPU runs, not the book's)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def label(algorithm: str, figure: str) -> str:
@@ -205,13 +202,13 @@ def draw(name: str, runs: list[tuple[str, Path]], out: Path) -> Path:
     """The figure `name` from finished runs [(label, folder)] into <out>/nano_<name>.png and .json."""
     figure = figure_of(name)
     read = [read_run(label, folder, figure) for label, folder in runs]
-    plot(read, figure, out / f"nano_{name}.png")
     record = {"what": f"the book's {figure.image} on the nano profile (this project's CPU runs, not the book's)",
               "book_image": figure.image, "panels": [{"book": b, "ours": k} for b, k in figure.panels],
               "heldout_curve": figure.heldout_curve, "heldout_final": figure.heldout_final,
               "runs": [{"name": r["name"], "run": shown(folder, out), "wall_s": r["wall_s"],
                         "heldout": r.get("heldout"), "summary": summarize(r)} for r, (_, folder) in zip(read, runs)]}
-    (out / f"nano_{name}.json").write_text(json.dumps(json_safe(record), indent=2), encoding="utf-8")
+    write_result(record, out / f"nano_{name}.json", draw=lambda path: plot(read, figure, path),
+                 figure_path=out / f"nano_{name}.png")
     return out / f"nano_{name}.png"
 
 

@@ -23,7 +23,6 @@ Writes <out>/pipeline_results.json, <out>/pipeline_table.txt and one plot, <out>
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -31,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import has_config, has_metrics, read_results, run_finished
+from rlhf_recipes.tools.lab.document import save_figure, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -331,12 +330,7 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
     ax.set_xlabel("KL(policy || reference) per sequence")
     ax.set_ylabel("mean RM reward")
     ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 # --------------------------------------------------------------------------------------
@@ -398,11 +392,10 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
         "methods": rows, "samples": samples, "train_wall_seconds": walls,
         "runs": {"rm": str(rm_out), **{m: str(p) for m, p in runs.items()}},
     }
-    (out / "pipeline_results.json").write_text(json.dumps(json_safe(results), indent=2, default=str) + "\n")
-    (out / "pipeline_table.txt").write_text(table + "\n")
-    plot(rows, runs, reward_name(str(rm_out)), out / "pipeline.png",
-         f"{pipeline.name}: reward model, then {_names(pipeline.uses_reward_model)} against it, "
-         f"{_names(m for m in pipeline.policies if m not in pipeline.uses_reward_model)} on the pairs",
-         pipeline.uses_reward_model)
+    title = (f"{pipeline.name}: reward model, then {_names(pipeline.uses_reward_model)} against it, "
+             f"{_names(m for m in pipeline.policies if m not in pipeline.uses_reward_model)} on the pairs")
+    write_result(results, out / "pipeline_results.json", text=table, text_path=out / "pipeline_table.txt",
+                 draw=lambda path: plot(rows, runs, reward_name(str(rm_out)), path, title, pipeline.uses_reward_model),
+                 figure_path=out / "pipeline.png")
     print(table)
     return results

@@ -158,12 +158,11 @@ def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
 
     from rlhf_recipes.config import RecipeError
-    from rlhf_recipes.json_safe import json_safe
     from rlhf_recipes.models import resolve_model_path
     from rlhf_recipes.run_folder import EXIT_INTERRUPTED, run_finished
+    from rlhf_recipes.tools.lab.document import render_text, write_result, wrote
     from rlhf_recipes.tools.overoptimization.report import plot, tables
     from rlhf_recipes.tools.sweep.executor import check_settings, default_workers
 
@@ -190,14 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     base_samples, measured = measure(profile, args.out, base, workers, finished)
     doc = document(profile, args.out, base_samples, measured, time.perf_counter() - begin)
     doc["failed"] = [{"run": o.job.name, "log": _relative(o.job.log, args.out)} for o in failed]
-    (args.out / f"{RESULT}.json").write_text(json.dumps(json_safe(doc), indent=1), encoding="utf-8")
-    plot(doc, args.out / f"{RESULT}.png")
-    console = Console(record=True, width=170)
-    for table in tables(doc):
-        console.print(table)
-    console.print(f"wall time {doc['wall_s'] / 60:.1f} min ({workers} workers)")
-    (args.out / f"{RESULT}.txt").write_text(console.export_text(), encoding="utf-8")
-    print(f"wrote {args.out / (RESULT + '.json')}, {args.out / (RESULT + '.png')}, {args.out / (RESULT + '.txt')}")
+    text = render_text([*tables(doc), f"wall time {doc['wall_s'] / 60:.1f} min ({workers} workers)"], width=170)
+    print(text, end="")
+    print(wrote(write_result(doc, args.out / f"{RESULT}.json", text=text, text_path=args.out / f"{RESULT}.txt",
+                             draw=lambda path: plot(doc, path), figure_path=args.out / f"{RESULT}.png")))
     return 1 if failed else 0
 
 

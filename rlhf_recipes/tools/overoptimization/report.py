@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rlhf_recipes.tools.lab.document import save_figure
 from rlhf_recipes.tools.overoptimization.formulas import gold_best_of_n, gold_rl
 
 GOLD = "gold score (task's score_answer, 0-1)"
@@ -117,8 +118,5 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     for axis in (bon, rl, proxy, direct):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    fig.suptitle(f"Over-optimization on the {doc['profile']} profile: gold against proxy against KL "
-                 "(bands: 95% t interval over held-out problems; this project's CPU runs)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, f"Over-optimization on the {doc['profile']} profile: gold against proxy against KL "
+                "(bands: 95% t interval over held-out problems; this project's CPU runs)")

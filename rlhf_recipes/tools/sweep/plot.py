@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.run_folder import read_metrics
+from rlhf_recipes.tools.lab.document import save_figure
 
 
 def running_mean(values: list[float], window: int) -> list[float]:
@@ -109,8 +110,5 @@ def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7)
     sweep = report["sweep"]
-    fig.suptitle(f"sweep: {Path(sweep['recipe']).name}{' (' + sweep['profile'] + ')' if sweep['profile'] else ''}, "
-                 f"seeds {', '.join(map(str, sweep['seeds']))}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    profile = f" ({sweep['profile']})" if sweep["profile"] else ""
+    save_figure(fig, path, f"sweep: {Path(sweep['recipe']).name}{profile}, seeds {', '.join(map(str, sweep['seeds']))}")

@@ -12,15 +12,13 @@ run's last logged training value).
 
 from __future__ import annotations
 
-import io
 import json
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.disk import atomic_write_text
-from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.run_folder import has_config, read_results
+from rlhf_recipes.tools.lab.document import render_text, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
 from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
 
@@ -181,18 +179,11 @@ def tables(report: dict[str, Any]):
 
 
 def text(report: dict[str, Any]) -> str:
-    from rich.console import Console
-
-    console = Console(record=True, width=160, file=io.StringIO())  # recorded, not shown
     cells, pairs = tables(report)
-    console.print(cells)
-    if report["pairs"]:
-        console.print(pairs)
-    if report["statistics"]["warning"]:
-        console.print(f"Note: {report['statistics']['warning']}.")
-    for r in report["not_finished"]:
-        console.print(f"not finished: {r['run']} ({r['status']}); log: {r['log']}")
-    return console.export_text()
+    warning = report["statistics"]["warning"]
+    unfinished = [f"not finished: {r['run']} ({r['status']}); log: {r['log']}" for r in report["not_finished"]]
+    return render_text([cells, *([pairs] if report["pairs"] else []), *([f"Note: {warning}."] if warning else []),
+                        *unfinished])
 
 
 def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
@@ -200,10 +191,8 @@ def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
     from rlhf_recipes.tools.sweep.plot import plot
 
     report = build(spec, sweep_dir)
-    # Atomic (rlhf_recipes/disk.py): the report is rewritten as runs finish, while people and scripts read it.
-    atomic_write_text(sweep_dir / f"{STEM}.json", json.dumps(json_safe(report), indent=2) + "\n")
-    atomic_write_text(sweep_dir / f"{STEM}.txt", text(report))
-    plot(report, sweep_dir, sweep_dir / f"{STEM}.png")
+    write_result(report, sweep_dir / f"{STEM}.json", text=text(report), text_path=sweep_dir / f"{STEM}.txt",
+                 draw=lambda path: plot(report, sweep_dir, path), figure_path=sweep_dir / f"{STEM}.png")
     return report
 
 
