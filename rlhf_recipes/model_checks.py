@@ -145,3 +145,34 @@ def check_model_settings(recipe) -> None:
     config = model_config(recipe.value("model_name_or_path"))
     check_lengths(recipe, config)
     check_lora(recipe, config)
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json", "adapter_model.safetensors")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_model_folder(path: str, flag: str, *, tokenizer: bool = True, chat_template: bool = False) -> None:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise RecipeError(f"{flag}: no such model folder {path}. Give a folder written by save_pretrained (a run's "
+                          "output_dir) or a hub id such as Qwen/Qwen3-0.6B")
+    if not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+        raise RecipeError(f"{flag}: {path} has no config.json: it is not a saved model (a run's output_dir or a "
+                          "checkpoint-N folder is)")
+    if not any((p / f).exists() for f in WEIGHT_FILES):
+        raise RecipeError(f"{flag}: {path} has no weights ({' or '.join(WEIGHT_FILES[:3])}): the save did not "
+                          "finish, or this is a config-only folder")
+    if tokenizer and not any((p / f).exists() for f in TOKENIZER_FILES):
+        raise RecipeError(f"{flag}: {path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); save the tokenizer "
+                          "with the model (tokenizer.save_pretrained)")
+    if chat_template and not _has_chat_template(p):
+        raise RecipeError(f"{flag}: the tokenizer in {path} has no chat template, which this algorithm needs to "
+                          "format conversations. Use a chat (instruct/SFT) model or add a chat_template")
+
+
+def _has_chat_template(folder: Path) -> bool:
+    if (folder / "chat_template.jinja").exists() or (folder / "chat_template.json").exists():
+        return True
+    config = folder / "tokenizer_config.json"
+    return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.config import WANDB_PROJECT, reports_to_wandb
 from rlhf_recipes.errors import RecipeError
 
 logger = logging.getLogger(__name__)
@@ -65,8 +64,17 @@ def stop_at_first(findings: list[Finding | None]) -> list[Finding]:
 # wandb
 
 
+WANDB_PROJECT = "rlhf-recipes"  # transformers' WandbCallback would log to wandb's project "huggingface"
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")  # what wandb's Settings accepts
 NO_LOGIN_MODES = ("offline", "disabled", "dryrun")  # modes in which wandb.init needs no API key
+
+
+def reports_to_wandb(report_to: Any) -> bool:
+    """Whether a `report_to` value sends the run to wandb (transformers' "all" does when wandb is installed)."""
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "all" in names:
+        return importlib.util.find_spec("wandb") is not None
+    return "wandb" in names
 
 
 def wandb_finding(recipe) -> Finding | None:

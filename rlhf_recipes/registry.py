@@ -60,6 +60,11 @@ def family_of(algorithm: Algorithm) -> Family:
     return FAMILY_OBJECTS[algorithm.family]
 
 
+def evaluator_for(recipe, options):
+    """The held-out evaluator of the recipe's family, checked (EvalError before any model loads)."""
+    return family_of(recipe.algorithm).held_out_evaluator(recipe, options)
+
+
 # --- Class paths: each trainer's written once ----------------------------------------------
 # TRL's DPOTrainer and loss, plus the book's LR schedule option (custom_losses/schedules.py).
 _TRL_DPO = dict(config_class="custom_losses.direct_alignment.config:ScheduledDPOConfig",

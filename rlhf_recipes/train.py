@@ -147,8 +147,7 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
         check_prompt_positions(recipe, tokenizer, train)
     model = family.load_model(recipe, tokenizer)
     callbacks, interrupt, health = run_callbacks(recipe, folder)
-    from rlhf_recipes.evaluation.callback import periodic_evaluation
-    from rlhf_recipes.evaluation.target import heldout_target
+    from rlhf_recipes.run_evaluations import heldout_target, periodic_evaluation
 
     periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before training starts
     target = heldout_target(recipe, list(argv))  # the recipe's heldout_target: train to it, keep that checkpoint

@@ -68,7 +68,8 @@ def test_reasoning_heldout_shares_no_prompt_with_training():
     """A task with few distinct questions (3-letter words): overlaps are certain, counted and dropped."""
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.evaluation import EvalOptions, evaluator_for
+    from rlhf_recipes.evaluation import EvalOptions
+    from rlhf_recipes.registry import evaluator_for
 
     tasks = '{"tasks": [{"name": "spell_backward", "config": {"min_word_len": 3, "max_word_len": 3}}]}'
     recipe = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "tiny", "--num_samples", "200",

@@ -12,14 +12,15 @@ too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/
   task_preferences.py  direct alignment on pairs sampled on a task: preferences.py + the task's exact match
   reward_models.py  reward models                                    run.py     one evaluation -> its JSON document
   callback.py       periodic evaluation during training (eval/* metrics)
-A family says which evaluator its runs get: `Family.evaluator(recipe, options)` (rlhf_recipes/families/).
+A family says which evaluator its runs get: `Family.evaluator(recipe, options)` (rlhf_recipes/families/);
+`registry.evaluator_for(recipe, options)` asks the recipe's family and checks it.
 """
 
 from __future__ import annotations
 
 from rlhf_recipes.evaluation.base import EvalError, EvalOptions, Evaluator
 
-__all__ = ["EvalError", "EvalOptions", "Evaluator", "evaluator_for", "task_evaluator"]
+__all__ = ["EvalError", "EvalOptions", "Evaluator", "task_evaluator"]
 
 
 def task_evaluator(recipe, options: EvalOptions) -> Evaluator | None:
@@ -32,18 +33,3 @@ def task_evaluator(recipe, options: EvalOptions) -> Evaluator | None:
                  "gsm8k": Gsm8kEvaluator}
     cls = by_source.get(recipe.args.dataset)
     return None if cls is None else cls(recipe, options)
-
-
-def evaluator_for(recipe, options: EvalOptions) -> Evaluator:
-    """The held-out evaluator of the recipe's family, checked (EvalError before any model loads)."""
-    from rlhf_recipes.registry import family_of
-
-    family = family_of(recipe.algorithm)
-    evaluator = family.evaluator(recipe, options)
-    if evaluator is None:
-        raise EvalError(f"{recipe.source}: no held-out evaluation for a `{recipe.algorithm.name}` run on dataset "
-                        f"`{recipe.args.dataset}` (held-out tasks: reasoning_gym, gsm8k; the HH runs are evaluated "
-                        "side by side by `rlhf-recipes pipeline hh --evaluate-only`)")
-    evaluator.family_name = family.name
-    evaluator.check()
-    return evaluator

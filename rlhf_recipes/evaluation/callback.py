@@ -15,7 +15,7 @@ import logging
 from transformers import Trainer, TrainerCallback
 
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.evaluation.base import EvalOptions, summarize
+from rlhf_recipes.evaluation.base import summarize
 
 logger = logging.getLogger(__name__)
 
@@ -71,17 +71,3 @@ class PeriodicEvaluation(TrainerCallback):
 
     def observe(self, state, control, model, metrics: dict[str, float]) -> None:
         """What a subclass does with each evaluation (evaluation/target.py keeps and stops); here: nothing."""
-
-
-def periodic_evaluation(recipe) -> PeriodicEvaluation | None:
-    """The callback for a recipe with eval_every > 0 (its problems built now: a mistake stops the start)."""
-    every = recipe.args.eval_every
-    if not every:
-        return None
-    from rlhf_recipes.evaluation import evaluator_for
-
-    options = EvalOptions(name="periodic", num_problems=recipe.args.eval_problems, k=0, seed=recipe.training.seed,
-                          batch_size=getattr(recipe.training, "per_device_eval_batch_size", 8) or 8, samples=0)
-    evaluator = evaluator_for(recipe, options)
-    evaluator.data()
-    return PeriodicEvaluation(evaluator, every)

@@ -29,7 +29,7 @@ class PreferenceEvaluator(Evaluator):
             return
         from rewards.reward_model import RM_PREFIX
         from rewards.reward_model_files import resolve_reward_model_dir
-        from rlhf_recipes.validation import check_model_folder
+        from rlhf_recipes.model_checks import check_model_folder
 
         if not judge.startswith(RM_PREFIX):
             raise EvalError(f"--judge {judge}: expected rm:PATH, a trained reward model's folder (e.g. "

@@ -24,6 +24,10 @@ class RewardModelEvaluator(Evaluator):
     kind = "reward model on its held-out split"
     default_problems = None
 
+    def __init__(self, recipe, options, load_model):
+        super().__init__(recipe, options)
+        self.load_model = load_model  # the family's: the starting model with its seeded scoring head
+
     def build_data(self):
         from datasets import concatenate_datasets
 
@@ -85,7 +89,6 @@ class RewardModelEvaluator(Evaluator):
         from rlhf_recipes.evaluation.loading import device_of
         from rlhf_recipes.data.reward_model_examples import reward_model_info
         from rlhf_recipes.models import load_tokenizer
-        from rlhf_recipes.registry import family_of
 
         from transformers.utils import logging as hf_logging
 
@@ -93,7 +96,7 @@ class RewardModelEvaluator(Evaluator):
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # the new head is missing from the starting model's files, by design
         try:
-            model = family_of(self.recipe.algorithm).load_model(self.recipe, tokenizer)
+            model = self.load_model(self.recipe, tokenizer)
         finally:
             hf_logging.set_verbosity(verbosity)
         model.reward_model_info = reward_model_info(self.recipe)

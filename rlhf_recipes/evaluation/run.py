@@ -10,6 +10,7 @@ The comparison is one of:
 
 from __future__ import annotations
 
+import copy
 import datetime
 import gc
 import logging
@@ -84,7 +85,8 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
     comparison = "quantization" if options.quantize else "baseline" if baseline else "none"
     before = before_path = kl = None
     if comparison == "quantization":
-        full_evaluator = type(evaluator)(recipe, replace(options, quantize=None))
+        full_evaluator = copy.copy(evaluator)  # the same problems and family hooks, loading the model unquantized
+        full_evaluator.options = replace(options, quantize=None)
         full_evaluator._data = evaluator._data
         full_model, full_tokenizer = full_evaluator.load(model_path)
         before, before_path = _timed_score(full_evaluator, full_model, full_tokenizer), f"{model_path} (unquantized)"

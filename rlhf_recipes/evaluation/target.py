@@ -174,34 +174,3 @@ def processor() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-EVAL_BATCH_SIZE = 50  # as nano-book's `rlhf-recipes evaluate ... --batch_size 50`: the same greedy numbers
-
-
-def heldout_target(recipe, argv: list[str]) -> HeldoutTarget | None:
-    """The callback for a recipe's `heldout_target` (a Goal's fields; None: no target, the run trains its steps). Its
-    evaluator is the held-out evaluator of `recipes/<goal.recipe>.yaml --profile nano`, the one the nano tables use,
-    on its first `goal.problems` problems, built before training starts. `argv`: the run's command line, recorded
-    (less its output folder, often a temporary one) as how the build was asked for."""
-    goal = recipe.args.heldout_target
-    if goal is None:
-        return None
-    from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.evaluation import EvalOptions, evaluator_for
-    from rlhf_recipes.paths import recipe_path
-
-    goal = Goal(**{**goal, "band": tuple(goal.get("band", (0.0, 1.0)))})
-    # Loading this recipe resolves no model (construct=False): the base being built is not asked for.
-    judge = load_recipe([str(recipe_path(goal.recipe)), "--profile", "nano"], construct=False)
-    evaluator = evaluator_for(judge, EvalOptions(name="base_target", num_problems=goal.problems,
-                                                 batch_size=EVAL_BATCH_SIZE, samples=0))
-    evaluator.data()  # the held-out problems, built before training starts
-    overrides = list(argv[1:])
-    for key in ("--output_dir", "--heldout_target"):  # a temporary folder's path; the goal is recorded apart
-        if key in overrides:
-            at = overrides.index(key)
-            del overrides[at:at + 2]
-    built_by = {"recipe": f"recipes/{Path(argv[0]).name}", "overrides": overrides,
-                "runner": "recipes/run.py (the SFT recipe through the normal runner)"}
-    return HeldoutTarget(evaluator, goal, built_by)

@@ -83,6 +83,19 @@ class Family:
         and `eval_every`; None: the family has none."""
         return None
 
+    def held_out_evaluator(self, recipe, options):
+        """`evaluator`, checked (EvalError before any model loads), or an EvalError saying there is none."""
+        from rlhf_recipes.errors import EvalError
+
+        evaluator = self.evaluator(recipe, options)
+        if evaluator is None:
+            raise EvalError(f"{recipe.source}: no held-out evaluation for a `{recipe.algorithm.name}` run on dataset "
+                            f"`{recipe.args.dataset}` (held-out tasks: reasoning_gym, gsm8k; the HH runs are evaluated "
+                            "side by side by `rlhf-recipes pipeline hh --evaluate-only`)")
+        evaluator.family_name = self.name
+        evaluator.check()
+        return evaluator
+
     # --- Facts -----------------------------------------------------------------------------
     # Training samples completions from the policy (a generation phase: KV cache, sampling).
     generates_rollouts: ClassVar[bool] = False

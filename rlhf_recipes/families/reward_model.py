@@ -117,7 +117,7 @@ class RewardModels(Family):
             # The head trains in full; with `all-linear` targets it would also get a LoRA adapter of its own.
             peft_config.exclude_modules = sorted(set(peft_config.exclude_modules or []) | {"score"})
             if recipe.model.load_in_4bit and recipe.model.dtype != "bfloat16":
-                from rlhf_recipes.config import RecipeError
+                from rlhf_recipes.errors import RecipeError
 
                 raise RecipeError(
                     f"{recipe.source}: load_in_4bit with dtype {recipe.model.dtype}: TRL casts the trainable head to "
@@ -152,7 +152,7 @@ class RewardModels(Family):
         """The book's numbers on the held-out split, with intervals (rlhf_recipes/evaluation/reward_models.py)."""
         from rlhf_recipes.evaluation.reward_models import RewardModelEvaluator
 
-        return RewardModelEvaluator(recipe, options)
+        return RewardModelEvaluator(recipe, options, load_model=self.load_model)
 
 
 FAMILY = RewardModels()

@@ -91,7 +91,8 @@ def parse(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
-    from rlhf_recipes.evaluation import EvalError, EvalOptions, evaluator_for
+    from rlhf_recipes.evaluation import EvalError, EvalOptions
+    from rlhf_recipes.registry import evaluator_for
 
     split = "heldout" if args.split == "eval" else args.split
     try:
