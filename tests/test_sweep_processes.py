@@ -17,7 +17,7 @@ import pytest
 
 from rlhf_recipes.run_lock import _process_alive
 from rlhf_recipes.tools.sweep import spec, state
-from rlhf_recipes.tools.sweep.executor import STILL_RUNNING, Executor, Job, run_one
+from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, Job, run_one
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
@@ -61,7 +61,7 @@ def test_a_sweep_killed_hard_takes_its_runs_with_it(tmp_path):
     driver.write_text(textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from rlhf_recipes.tools.sweep.executor import Executor, Job
+        from rlhf_recipes.tools.lab.executor import Executor, Job
         jobs = [Job(f"seed-{{i}}", Path(p), ({DPO!r},)) for i, p in enumerate({[str(r) for r in runs]!r})]
         Executor(2, launcher=f"{{sys.executable}} {str(fake)!r}").run(jobs)
     """))

@@ -7,7 +7,7 @@
 
 For each algorithm of the family (`--family`, one that runs on nano: the registry's entries of that family) and each
 seed (--seeds N: seeds 0..N-1; default one run at the recipe's seed), a job of the sweep's executor
-(rlhf_recipes/tools/sweep/executor.py: --workers at once, a failed run never stops the others, the same command
+(rlhf_recipes/tools/lab/executor.py: --workers at once, a failed run never stops the others, the same command
 again resumes what was interrupted and reuses what finished):
   1. train `recipes/<algorithm>.yaml --profile nano` in its own process (the normal runner), with periodic
      held-out evaluation (`eval_every` steps, `eval_problems` problems, greedy) logged as eval/<metric>;
@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import EXIT_INTERRUPTED, read_metrics, read_results
-from rlhf_recipes.json_safe import json_safe
 
 from rlhf_recipes.tools.sweep.plot import running_mean
 
@@ -134,7 +134,7 @@ def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm x seed: train on nano with periodic held-out evaluation, then
     `rlhf-recipes evaluate RUN --baseline` into RUN/eval/nano_book.json. Without --seeds: the recipe's own seed in
     <out>/<algorithm> (the layout of reference_runs/nano); with --seeds N: <out>/<algorithm>/seed-<s>, s < N."""
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     out = []
     for algorithm in args.algorithm_list:
@@ -199,10 +199,10 @@ def base_record(model: str) -> dict[str, Any] | None:
 
 def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
-    t interval over seeds (rlhf_recipes/tools/sweep/stats.py) and every seed's numbers; "learns" when every gain's
+    t interval over seeds (rlhf_recipes/tools/lab/stats.py) and every seed's numbers; "learns" when every gain's
     seed interval lies above zero; the curves are the means over seeds at the steps every seed logged."""
     from rlhf_recipes.tools.sweep.plot import seed_band
-    from rlhf_recipes.tools.sweep.stats import seed_interval
+    from rlhf_recipes.tools.lab.stats import seed_interval
 
     def mean(values):
         return sum(values) / len(values)
@@ -396,7 +396,7 @@ def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title:
     finished; kept runs must have the settings asked (exit 2 otherwise), and the nano base is built first."""
     from rlhf_recipes.config import RecipeError
     from rlhf_recipes.nano import nano_model_path
-    from rlhf_recipes.tools.sweep.executor import Executor, check_settings, default_workers
+    from rlhf_recipes.tools.lab.executor import Executor, check_settings, default_workers
 
     try:
         for job in [] if overwrite else todo:

@@ -7,7 +7,7 @@
 Each figure is a family's `book_figure` in the registry (rlhf_recipes/families/base.py, BookFigure): the book's
 wandb image it answers, its panels as (the book's metric, the key our runs log in metrics.jsonl), the algorithms
 whose nano runs it overlays, and the held-out proof drawn beside them. The runs are jobs of the sweep's executor
-(rlhf_recipes/tools/sweep/executor.py): `recipes/<algorithm>.yaml --profile nano` in <out>/<algorithm>, --workers at
+(rlhf_recipes/tools/lab/executor.py): `recipes/<algorithm>.yaml --profile nano` in <out>/<algorithm>, --workers at
 once; a finished run is reused, an interrupted one resumed, unless --overwrite. instruction_tuning trains nothing:
 it reads the nano SFT base's build (rlhf_recipes.nano.nano_model_path(), built once on first use).
 Writes <out>/nano_<figure>.png (a panel per book metric against the optimizer step, a faint raw line and a
@@ -75,7 +75,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm of the chosen figures: train on nano into <out>/<algorithm>."""
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     names = [a for f in args.figure_list for a in figure_of(f).algorithms]
     return [Job(a, args.out / a, (str(recipe_path(a)), "--profile", "nano")) for a in names]

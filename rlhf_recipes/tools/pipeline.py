@@ -128,7 +128,7 @@ def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> st
 def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
     """Train one stage (skipped when its run already finished); returns wall seconds.
 
-    In its own process through the sweep's executor (rlhf_recipes/tools/sweep/executor.py), as every multi-run
+    In its own process through the sweep's executor (rlhf_recipes/tools/lab/executor.py), as every multi-run
     tool: an interrupted stage resumes from its checkpoint, a finished one is kept, the log is <out>.log."""
     if run_finished(out) and not options.overwrite:
         logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
@@ -141,7 +141,7 @@ def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -
         restart = ["--overwrite"] if has_config(out) else []
         code, log = train([*argv, *restart]), "its log"
     else:
-        from rlhf_recipes.tools.sweep.executor import Job, run_one
+        from rlhf_recipes.tools.lab.executor import Job, run_one
 
         job = Job(name, out, tuple(argv))  # argv names --output_dir out already; the executor's is the same
         logger.info("pipeline: training %s (log: %s)", name, job.log)

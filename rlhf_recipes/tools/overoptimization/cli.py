@@ -72,7 +72,7 @@ def _relative(path: Path, out: Path) -> str:
 
 def train(profile: Profile, out: Path, workers: int) -> tuple[list, bool]:
     """Both phases on the executor; (the outcomes, whether a signal stopped it)."""
-    from rlhf_recipes.tools.sweep.executor import Executor
+    from rlhf_recipes.tools.lab.executor import Executor
 
     walls_file = out / "walls.json"
     walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_recipes.run_folder import EXIT_INTERRUPTED, run_finished
     from rlhf_recipes.tools.lab.document import render_text, write_result, wrote
     from rlhf_recipes.tools.overoptimization.report import plot, tables
-    from rlhf_recipes.tools.sweep.executor import check_settings, default_workers
+    from rlhf_recipes.tools.lab.executor import check_settings, default_workers
 
     args = parse(sys.argv[1:] if argv is None else argv)
     begin = time.perf_counter()

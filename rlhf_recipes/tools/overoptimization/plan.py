@@ -94,7 +94,7 @@ def _recipe(algorithm: str) -> str:
 
 
 def proxy_jobs(profile: Profile, out: Path) -> list:
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     return [Job(f"proxy/{p.name}", proxy_folder(out, p), (_recipe(p.algorithm), "--profile", profile.name,
                                                            *p.overrides)) for p in profile.proxies]
@@ -102,7 +102,7 @@ def proxy_jobs(profile: Profile, out: Path) -> list:
 
 def rl_jobs(profile: Profile, out: Path) -> list:
     """GRPO against each proxy alone: `reward_funcs: [rm:<proxy>]`, weight 1."""
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     return [Job(f"rl/{p.name}", rl_folder(out, p),
                 (_recipe(profile.rl_algorithm), "--profile", profile.name, "--reward_funcs",
@@ -110,7 +110,7 @@ def rl_jobs(profile: Profile, out: Path) -> list:
 
 
 def direct_jobs(profile: Profile, out: Path) -> list:
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     return [Job(f"direct/{direct_name(a, b)}", direct_folder(out, a, b),
                 (_recipe(a), "--profile", profile.name, "--beta", f"{b:g}", *profile.direct_overrides))

@@ -96,7 +96,7 @@ def wants_evaluation(spec: SweepSpec, asked: bool | None) -> bool:
 
 
 def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
-    from rlhf_recipes.tools.sweep.executor import Job
+    from rlhf_recipes.tools.lab.executor import Job
 
     return [Job(name=str(run.relpath), folder=sweep_dir / run.relpath, train=tuple(spec.train_args(run)),
                 evaluate=("--batch_size", "50") if evaluate else None) for run in spec.runs()]
@@ -106,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
     from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
     from rlhf_recipes.tools.sweep import report
-    from rlhf_recipes.tools.sweep.executor import (
-        STILL_RUNNING,
-        Executor,
-        check_settings,
-        default_workers,
-    )
+    from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, check_settings, default_workers
 
     try:
         spec, sweep_dir = read_spec(args, overrides)

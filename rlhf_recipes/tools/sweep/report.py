@@ -20,7 +20,7 @@ from typing import Any
 from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.lab.document import render_text, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
-from rlhf_recipes.tools.sweep.stats import few_seeds_warning, paired_difference, seed_interval
+from rlhf_recipes.tools.lab.stats import few_seeds_warning, paired_difference, seed_interval
 
 STEM = "sweep"
 

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlhf_recipes.disk import atomic_write_text
-from rlhf_recipes.tools.sweep.executor import Job
+from rlhf_recipes.tools.lab.executor import Job
 
 JOBS_FILE = "sweep_jobs.json"
 SBATCH_FILE = "sweep.sbatch"

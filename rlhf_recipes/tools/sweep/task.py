@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
-from rlhf_recipes.tools.sweep.executor import run_one
+from rlhf_recipes.tools.lab.executor import run_one
 from rlhf_recipes.tools.sweep.slurm import read_job
 
 

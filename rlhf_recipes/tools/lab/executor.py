@@ -242,7 +242,7 @@ class Executor:
                     pass
 
     def run(self, jobs: list[Job], on_finish: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
-        from rlhf_recipes.tools.sweep.progress import Progress
+        from rlhf_recipes.tools.lab.progress import Progress
 
         gpus = visible_gpus()
         slots = list(range(self.workers))
