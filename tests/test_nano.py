@@ -161,3 +161,18 @@ def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(family, tm
         with pytest.raises(SystemExit) as stop:
             parse(bad)
         assert stop.value.code == 2
+
+
+def test_resolving_a_nano_name_never_trains_a_base(monkeypatch, tmp_path):
+    """The nano bases are built by the runner's first step (train.prerequisites) or `rlhf-recipes nano build`;
+    resolving the model name only finds them: a missing base is a one-line error naming the command, and no build
+    starts (it used to start `python -m rlhf_recipes.tools.nano_base`, ~2-4 minutes of training)."""
+    import rlhf_recipes.nano as nano
+    from rlhf_recipes.config import RecipeError
+    from rlhf_recipes.models import resolve_model_path
+
+    monkeypatch.setattr(nano, "_sdpo_base_dir", lambda: tmp_path / "nano-sdpo-missing")
+    monkeypatch.setattr(nano, "run_sft", lambda *a, **k: pytest.fail("resolving a name started a build"))
+    with pytest.raises(RecipeError, match=r"nano-sdpo base is not built yet .*`rlhf-recipes nano build --sdpo`"):
+        resolve_model_path("nano-sdpo")
+    assert not (tmp_path / "nano-sdpo-missing").exists()

@@ -244,3 +244,26 @@ def test_profiles_name_only_families_and_algorithms_that_exist():
     assert read_profile("tiny").runs("sft") and not read_profile("nano").runs("sft")
     with pytest.raises(RecipeError, match="profile `huge` is unknown; available: nano, tiny"):
         load_recipe([str(ROOT / "recipes" / "dpo.yaml"), "--profile", "huge"], construct=False)
+
+
+def test_show_prints_what_the_run_trains_with_and_where_each_value_came_from(capsys):
+    """`rlhf-recipes show recipes/dpo.yaml --profile nano`: beta 1.0 from the nano profile's dpo section (the recipe
+    says the book's 0.1), lr from its direct-alignment section, accumulation derived; every value shown is the one
+    the trainer's config holds (the runner's own resolution and the built config, not a second reading)."""
+    from rlhf_recipes.show import main, settings
+
+    argv = [str(ROOT / "recipes" / "dpo.yaml"), "--profile", "nano"]
+    assert main(argv) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert lines["beta"].split()[1] == "1.0" and lines["beta"].endswith("profile nano (algorithms.dpo)")
+    assert lines["learning_rate"].split()[1] == "1e-05"
+    assert lines["learning_rate"].endswith("profile nano (families.direct_alignment)")
+    assert lines["num_train_epochs"].endswith("dpo.yaml") and "derived" in lines["gradient_accumulation_steps"]
+    assert lines["loss_type"].endswith("algorithm `dpo` defaults")
+    recipe = load_recipe(argv, construct=False)
+    rows, problem = settings(recipe)
+    assert problem is None
+    built = {"recipe": recipe.args, "model": recipe.model, "training": recipe.training}
+    assert all(getattr(built[r.group], r.key) == r.value for r in rows)
+    assert main([str(ROOT / "recipes" / "dpo.yaml"), "--profile", "nano", "--betta", "1"]) == 2
+    assert "unknown option `--betta`" in capsys.readouterr().err
