@@ -90,6 +90,7 @@ def test_interrupt_then_resume_loses_nothing(tmp_path):
             assert row["loss"] == pytest.approx(reference[row["step"]], rel=1e-4, abs=1e-6), row["step"]
 
 
+@pytest.mark.slow  # wandb's own service process starts and syncs offline: ~20 s under load
 def test_wandb_offline_logging_needs_no_network(tmp_path):
     out = tmp_path / "wandb"
     run_recipe("dpo.yaml", out, "--report_to", "wandb", "--wandb_mode", "offline", "--wandb_project", "rlhf-test")

@@ -276,6 +276,7 @@ def test_dapo_resume_draws_the_next_fresh_prompts(tmp_path):
         assert loss == pytest.approx(reference[step], rel=1e-4, abs=1e-6), step
 
 
+@pytest.mark.slow  # a run past an epoch and a resumed copy: ~15 s, 40 s under load
 def test_resume_at_an_epoch_boundary_keeps_the_prompt_order(tmp_path):
     """Resumed at the first step of the second pass over the prompts, a run sees the prompts (and so the
     completions and losses) of the uninterrupted run: the sampler's order for epoch e does not depend

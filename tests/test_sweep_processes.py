@@ -52,6 +52,7 @@ def _gone_within(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.slow  # a real sweep started, killed and waited on: ~30 s
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
 def test_a_sweep_killed_hard_takes_its_runs_with_it(tmp_path):
     fake = tmp_path / "fake_run.py"
