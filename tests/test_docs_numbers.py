@@ -160,3 +160,10 @@ def test_every_anchor_the_docs_and_the_code_point_to_exists():
             if page.exists() and m.group(2) not in _anchors(page):
                 broken.append(f"{source.relative_to(REPO)}: {m.group(0)}")
     assert not broken, f"links to headings that do not exist: {sorted(set(broken))}"
+
+
+def test_every_docs_page_can_be_read_in_one_sitting():
+    """A page of docs/ stays under 300 lines (nano.md was 842, tools.md 643): history goes beside its runs in
+    reference_runs/, measurements beside the benchmarks, and a long page splits by task."""
+    long = {p.name: n for p in (REPO / "docs").glob("*.md") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
+    assert not long, f"pages over 300 lines: {long}"
