@@ -173,6 +173,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(MULTIPROCESS_GROUP))
         elif shared_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and getattr(config.option, "loadgroup", False):  # xdist sets it in a worker of `--dist loadgroup`
+        groups = {item.nodeid: str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                  for item in items for mark in [item.get_closest_marker("xdist_group")] if mark}
+        (Path(config.option.basetemp).parent / f"xdist-groups-{worker}.json").write_text(json.dumps(groups))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (firstresult: the first answer is used)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` that keeps the groups with pytest >= 9.2: xdist 3.8 groups by a suffix it writes into each
+    test's nodeid (`item._nodeid`), which pytest 9.2's structured node ids no longer read, so every group was split
+    across the workers. Here the workers write the group of each test (above) into the run's basetemp, and the
+    controller's scheduler reads it back; a suffix that a later xdist writes still works (the parent class)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class GroupFileScheduling(LoadGroupScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # the workers have all collected (and written) by the time the scheduler splits
+                self.groups = {}
+                for written in config._tmp_path_factory.getbasetemp().glob("xdist-groups-*.json"):
+                    self.groups.update(json.loads(written.read_text()))
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return GroupFileScheduling(config, log)
 
 
 def shared_tmp(tmp_path_factory) -> Path:
