@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.json_safe import json_safe
 from rlhf_recipes.paths import recipe_path
-from rlhf_recipes.run_folder import EXIT_INTERRUPTED, read_metrics, read_results
+from rlhf_recipes.run_folder import read_metrics, read_results
+from rlhf_recipes.tools.lab.document import render_text, save_figure, write_result, wrote
 
 from rlhf_recipes.tools.sweep.plot import running_mean
 
@@ -322,9 +322,7 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     for axis in axes:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.grid(alpha=0.3)
-    fig.suptitle(f"{family} on the nano profile, spell_backward (this project's CPU runs, not the book's)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, f"{family} on the nano profile, spell_backward (this project's CPU runs, not the book's)")
 
 
 def _heldout_points(row: dict[str, Any], metric: str) -> list:
@@ -392,33 +390,16 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[s
 
 def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title: str,
              on_finish=lambda outcome: None) -> tuple[int, list]:
-    """Run nano jobs on the sweep's executor (nano-book, nano-figures): (exit code, outcomes), 0 when every job
-    finished; kept runs must have the settings asked (exit 2 otherwise), and the nano base is built first."""
-    from rlhf_recipes.config import RecipeError
+    """nano-book's and nano-figures' plan on the lab's executor, the nano base built first."""
     from rlhf_recipes.nano import nano_model_path
-    from rlhf_recipes.tools.lab.executor import Executor, check_settings, default_workers
+    from rlhf_recipes.tools.lab.executor import run_plan
 
-    try:
-        for job in [] if overwrite else todo:
-            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
-    except RecipeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2, []
     out.mkdir(parents=True, exist_ok=True)
-    nano_model_path()  # built once, before the runs (each would otherwise wait on its lock)
-    if not todo:
-        return 0, []
-    executor = Executor(workers or default_workers(len(todo)), overwrite=overwrite, title=title)
-    outcomes = executor.run(todo, on_finish=on_finish)
-    failed = [o for o in outcomes if o.status != "finished"]
-    for o in failed:  # the others stay reusable: the same command again runs only these
-        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    return (EXIT_INTERRUPTED if executor.stopped else 1) if failed else 0, outcomes
+    return run_plan([todo], workers=workers, title=title, overwrite=overwrite, prepare=nano_model_path,
+                    on_finish=on_finish)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
     from rlhf_recipes.nano import nano_model_path
 
     args = parse(sys.argv[1:] if argv is None else argv)
@@ -433,16 +414,13 @@ def main(argv: list[str] | None = None) -> int:
                                                                           .read_text()), args.family) for run in runs]
         rows.append(per_seed[0] if args.seeds is None else over_seeds(per_seed))
     name = stem(args.family)
-    plot(rows, args.out / f"{name}.png", args.family)
-    console = Console(record=True, width=160)
-    console.print(table(rows, args.family, base))
-    (args.out / f"{name}_table.txt").write_text(console.export_text(), encoding="utf-8")
+    text = render_text([table(rows, args.family, base)])
+    print(text, end="")
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
-    (args.out / f"{name}.json").write_text(json.dumps(json_safe({
-        "what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
-        "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}), indent=2),
-        encoding="utf-8")
-    print(f"wrote {args.out / f'{name}.png'}, {args.out / f'{name}.json'}")
+    document = {"what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
+                "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}
+    print(wrote(write_result(document, args.out / f"{name}.json", text=text, text_path=args.out / f"{name}_table.txt",
+                             draw=lambda path: plot(rows, path, args.family), figure_path=args.out / f"{name}.png")))
     return 0
 
 

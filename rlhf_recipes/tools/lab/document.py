@@ -28,12 +28,13 @@ def render_text(items: Iterable[Any], width: int = 160) -> str:
 
 
 def save_figure(fig, path: Path, title: str | None = None) -> Path:
-    """The figure's title, a tight layout, <path> at 110 dpi; the figure closed."""
+    """The figure's title, a tight layout (unless it has its own), <path> at 110 dpi; the figure closed."""
     import matplotlib.pyplot as plt
 
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a figure made with layout="constrained" lays itself out
+        fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -301,3 +301,33 @@ class Executor:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+
+def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwrite: bool = False,
+             prepare: Callable[[], object] | None = None,
+             on_finish: Callable[[Outcome], None] = lambda o: None) -> tuple[int, list[Outcome]]:
+    """A tool's plan on the executor: its phases one after another (a phase's jobs W at a time). Runs kept from an
+    earlier call must be the runs asked (else one line, exit 2, nothing run); `prepare` runs once before any job
+    (the nano base built: every run would otherwise wait on its build's lock); each failure is named with its log.
+    Returns (0 every job finished | 1 some failed | 130 interrupted | 2 bad input, the outcomes)."""
+    todo = [job for phase in phases for job in phase]
+    try:
+        for job in [] if overwrite else todo:
+            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
+    except RecipeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2, []
+    if prepare is not None:
+        prepare()
+    if not todo:
+        return 0, []
+    executor = Executor(workers or default_workers(len(todo)), overwrite=overwrite, title=title)
+    outcomes: list[Outcome] = []
+    for phase in phases:
+        outcomes += executor.run(phase, on_finish=on_finish)
+        if executor.stopped:
+            return EXIT_INTERRUPTED, outcomes
+    failed = [o for o in outcomes if o.status != "finished"]
+    for o in failed:  # the others stay reusable: the same command again runs only these
+        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
+    return (1 if failed else 0), outcomes

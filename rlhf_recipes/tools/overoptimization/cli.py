@@ -70,9 +70,10 @@ def _relative(path: Path, out: Path) -> str:
     return os.path.relpath(path, out)
 
 
-def train(profile: Profile, out: Path, workers: int) -> tuple[list, bool]:
-    """Both phases on the executor; (the outcomes, whether a signal stopped it)."""
-    from rlhf_recipes.tools.lab.executor import Executor
+def train(profile: Profile, out: Path, workers: int) -> tuple[int, list]:
+    """Both phases on the lab's executor, the base built first: (exit code, the outcomes)."""
+    from rlhf_recipes.models import resolve_model_path
+    from rlhf_recipes.tools.lab.executor import run_plan
 
     walls_file = out / "walls.json"
     walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
@@ -82,13 +83,8 @@ def train(profile: Profile, out: Path, workers: int) -> tuple[list, bool]:
             walls[outcome.job.name] = outcome.wall_s
             walls_file.write_text(json.dumps(walls, indent=1))
 
-    executor = Executor(workers, title="overoptimization")
-    outcomes = []
-    for phase in phases(profile, out, workers):
-        outcomes += executor.run(phase, on_finish=record)
-        if executor.stopped:
-            break
-    return outcomes, executor.stopped
+    return run_plan(phases(profile, out, workers), workers=workers, title="overoptimization",
+                    prepare=lambda: resolve_model_path(profile.name), on_finish=record)
 
 
 def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[Path]) -> tuple[dict, dict]:
@@ -158,33 +154,22 @@ def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict]
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    from rlhf_recipes.config import RecipeError
     from rlhf_recipes.models import resolve_model_path
-    from rlhf_recipes.run_folder import EXIT_INTERRUPTED, run_finished
+    from rlhf_recipes.run_folder import run_finished
     from rlhf_recipes.tools.lab.document import render_text, write_result, wrote
+    from rlhf_recipes.tools.lab.executor import default_workers
     from rlhf_recipes.tools.overoptimization.report import plot, tables
-    from rlhf_recipes.tools.lab.executor import check_settings, default_workers
 
     args = parse(sys.argv[1:] if argv is None else argv)
     begin = time.perf_counter()
     profile = PROFILES[args.profile]
-    first, second = phases(profile, args.out, args.workers or 1)
-    try:
-        for job in first + second:
-            check_settings(job)  # a run kept from an earlier call must be the run this call asks for
-    except RecipeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    workers = args.workers or default_workers(len(first + second))
+    workers = args.workers or default_workers(len([job for phase in phases(profile, args.out, 1) for job in phase]))
     args.out.mkdir(parents=True, exist_ok=True)
-    base = resolve_model_path(profile.name)  # built once, before the runs (each would wait on the build's lock)
-    outcomes, stopped = train(profile, args.out, workers)
-    if stopped:
-        return EXIT_INTERRUPTED
+    code, outcomes = train(profile, args.out, workers)
+    if code not in (0, 1):  # bad input or interrupted; failed runs: the report goes on with what finished
+        return code
+    base = resolve_model_path(profile.name)  # built before the runs by train()
     failed = [o for o in outcomes if o.status != "finished"]
-    for o in failed:  # the report goes on with what finished; the same command again retries these
-        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
     finished = {o.job.folder for o in outcomes if o.status == "finished" and run_finished(o.job.folder)}
     base_samples, measured = measure(profile, args.out, base, workers, finished)
     doc = document(profile, args.out, base_samples, measured, time.perf_counter() - begin)
