@@ -180,7 +180,7 @@ def pytest_collection_modifyitems(config, items):
         (Path(config.option.basetemp).parent / f"xdist-groups-{worker}.json").write_text(json.dumps(groups))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own (firstresult: the first answer is used)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own (the first answer is used); xdist optional
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadgroup` that keeps the groups with pytest >= 9.2: xdist 3.8 groups by a suffix it writes into each
     test's nodeid (`item._nodeid`), which pytest 9.2's structured node ids no longer read, so every group was split
