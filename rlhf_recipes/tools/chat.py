@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf_recipes.run_folder import RunFolderError
+from rlhf_recipes.tools.lab.policy import load_policy
 from rlhf_recipes.tools.surroundings import SurroundingsError, check_device, check_port_free, port_message, require
-from rlhf_recipes.tools.trained_model import TrainedModel, load_base, open_trained_model
+from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
 DEFAULT_SAMPLING = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256}
 # System fonts: the page works offline (Gradio's default theme fetches its font from the web).
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(columns) == 1 and not args.no_reference:
         first = columns[0].run
         print(f"loading the reference {first.recipe.model.model_name_or_path} ...", flush=True)
-        reference = load_base(first.base_model, dtype).to(device).eval()
+        reference = load_policy(first.base_model, dtype or "auto", device=device)
         columns.append(Column(f"reference: {first.recipe.model.model_name_or_path} (the starting policy)", reference,
                               columns[0].tokenizer, first))
     sampling = sampling_defaults(columns[0].run.recipe) if columns else DEFAULT_SAMPLING

@@ -63,13 +63,13 @@ class TrainedModel:
 
     def load_policy(self, dtype=None, merge: bool = False):
         """The trained causal LM (a LoRA run: PeftModel of the adapter on its base, merged if asked)."""
-        if not self.is_adapter:
-            from rlhf_recipes.tools.lab.policy import load_policy
+        from rlhf_recipes.tools.lab.policy import load_policy
 
+        if not self.is_adapter:
             return load_policy(self.folder, dtype or "auto", device=None)
         from peft import PeftModel
 
-        base = load_base(self.base_model, dtype or self.recipe.model.dtype)
+        base = load_policy(self.base_model, dtype or self.recipe.model.dtype or "auto", device=None)
         model = PeftModel.from_pretrained(base, str(self.folder))
         return model.merge_and_unload() if merge else model
 
@@ -92,16 +92,6 @@ class TrainedModel:
     def prompt_text(self, tokenizer, user_text: str) -> str:
         """What the model reads for `user_text` (the chat template rendered), for showing."""
         return tokenizer.decode(self.prompt_ids(tokenizer, user_text))
-
-
-def load_base(name_or_path: str, dtype: Any = None):
-    """The base (reference) causal LM in `dtype` (a name such as 'bfloat16', or 'auto'), unquantized."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    if isinstance(dtype, str) and dtype != "auto":
-        dtype = getattr(torch, dtype)
-    return AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype or "auto")
 
 
 def open_trained_model(path: str | Path, checkpoint: str | None = None, *, require_finished: bool = True,
