@@ -125,31 +125,35 @@ def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> st
     return next(iter(models.values()))
 
 
-def run_stage(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
-    """Train one stage (skipped when its run already finished); returns wall seconds.
+def train_stages(stages: dict[str, list[str]], folders: dict[str, Path], options: PipelineOptions) -> dict[str, float]:
+    """The pipeline's plan: the reward model, then the policies (PPO / GRPO read it), on the lab's executor one at a
+    time (rlhf_recipes/tools/lab/executor.py), as every multi-run tool: an interrupted stage resumes from its
+    checkpoint, a finished one is kept (one with other settings is refused: --overwrite), logs in <stage>.log.
+    Returns each stage's wall seconds (0 for a kept one)."""
+    if options.in_process:  # tests: the runner in this process (a stage that did not finish starts over)
+        return {name: _train_in_process(name, argv, folders[name], options) for name, argv in stages.items()}
+    from rlhf_recipes.tools.lab.executor import Job, run_plan
 
-    In its own process through the sweep's executor (rlhf_recipes/tools/lab/executor.py), as every multi-run
-    tool: an interrupted stage resumes from its checkpoint, a finished one is kept, the log is <out>.log."""
+    jobs = {name: Job(name, folders[name], tuple(argv)) for name, argv in stages.items()}  # argv names the folder
+    code, outcomes = run_plan([[jobs["rm"]], [job for name, job in jobs.items() if name != "rm"]], workers=1,
+                              title="pipeline", overwrite=options.overwrite, launcher=options.launcher)
+    if code != 0:
+        raise RuntimeError("pipeline: a stage did not finish (named above, with its log). Fix it and run the pipeline "
+                           "again: finished stages are kept, an interrupted one resumes")
+    return {o.job.name: o.wall_s for o in outcomes}
+
+
+def _train_in_process(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
     if run_finished(out) and not options.overwrite:
         logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
         return 0.0
+    from rlhf_recipes.train import main as train
+
     start = time.time()
-    if options.in_process:  # tests: the runner in this process (a stage that did not finish starts over)
-        from rlhf_recipes.train import main as train
-
-        logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
-        restart = ["--overwrite"] if has_config(out) else []
-        code, log = train([*argv, *restart]), "its log"
-    else:
-        from rlhf_recipes.tools.lab.executor import Job, run_one
-
-        job = Job(name, out, tuple(argv))  # argv names --output_dir out already; the executor's is the same
-        logger.info("pipeline: training %s (log: %s)", name, job.log)
-        outcome = run_one(job, options.launcher, overwrite=options.overwrite)
-        code, log = (0 if outcome.status == "finished" else 1), str(job.log)
-    if code != 0:
-        raise RuntimeError(f"pipeline: stage {name} failed; {log} says why. Fix it and run the pipeline again: "
-                           "finished stages are kept, an interrupted one resumes")
+    logger.info("pipeline: training %s: recipes/run.py %s", name, " ".join(argv))
+    if train([*argv, *(["--overwrite"] if has_config(out) else [])]) != 0:
+        raise RuntimeError(f"pipeline: stage {name} failed; its log says why. Fix it and run the pipeline again: "
+                           "finished stages are kept")
     return time.time() - start
 
 
@@ -355,8 +359,7 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
     runs = {m: out / m for m in pipeline.policies}
     walls: dict[str, float] = {}
     if not options.evaluate_only:
-        for name, argv in stages.items():
-            walls[name] = run_stage(name, argv, rm_out if name == "rm" else runs[name], options)
+        walls = train_stages(stages, {name: rm_out if name == "rm" else runs[name] for name in stages}, options)
     missing = [str(p) for p in [rm_out, *runs.values()] if not run_finished(p)]
     if missing:
         raise RuntimeError(f"pipeline: no finished run in {missing}; train them first (without --evaluate-only)")

@@ -304,7 +304,7 @@ class Executor:
 
 
 def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwrite: bool = False,
-             prepare: Callable[[], object] | None = None,
+             launcher: str | None = None, prepare: Callable[[], object] | None = None,
              on_finish: Callable[[Outcome], None] = lambda o: None) -> tuple[int, list[Outcome]]:
     """A tool's plan on the executor: its phases one after another (a phase's jobs W at a time). Runs kept from an
     earlier call must be the runs asked (else one line, exit 2, nothing run); `prepare` runs once before any job
@@ -321,7 +321,7 @@ def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwr
         prepare()
     if not todo:
         return 0, []
-    executor = Executor(workers or default_workers(len(todo)), overwrite=overwrite, title=title)
+    executor = Executor(workers or default_workers(len(todo)), launcher, overwrite=overwrite, title=title)
     outcomes: list[Outcome] = []
     for phase in phases:
         outcomes += executor.run(phase, on_finish=on_finish)
