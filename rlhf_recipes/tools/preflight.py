@@ -87,9 +87,9 @@ class Launched:
 def _machine_facts(config_file: str | None) -> tuple[bool, bool, int]:
     if config_file is None:
         return False, False, 1
-    import yaml
+    from rlhf_recipes.tools.planner.launch import read_accelerate_config
 
-    data = yaml.safe_load(Path(config_file).read_text()) or {}
+    data = read_accelerate_config(config_file)
     cpu = bool(data.get("use_cpu")) or str(data.get("distributed_type", "")).upper() == "MULTI_CPU"
     return True, cpu, int(data.get("num_machines", 1) or 1)
 

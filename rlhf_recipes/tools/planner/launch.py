@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +48,13 @@ def read_launch(path: str | None) -> Launch:
     """Launch settings from an accelerate config YAML (accelerate_configs/*.yaml)."""
     if path is None:
         return Launch()
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = read_accelerate_config(path)
     distributed = str(data.get("distributed_type", "NO")).upper()
     if distributed not in ("NO", "MULTI_GPU", "DEEPSPEED", "MULTI_CPU"):
         raise ValueError(f"{path}: distributed_type {distributed} is not modelled (NO, MULTI_GPU, DEEPSPEED)")
     ds = data.get("deepspeed_config") or {}
+    if distributed == "DEEPSPEED" and ds.get("deepspeed_config_file"):
+        ds = _from_deepspeed_json(path, ds["deepspeed_config_file"])
     return Launch(
         source=str(path),
         processes=int(data.get("num_processes", 1) or 1),
@@ -61,3 +64,41 @@ def read_launch(path: str | None) -> Launch:
         offload_params=str(ds.get("offload_param_device", "none")).lower() not in ("none", "null", ""),
         mixed_precision=str(data.get("mixed_precision", "no")),
     )
+
+
+def read_accelerate_config(path: str) -> dict:
+    """The accelerate config as a mapping; a ValueError of one line when it is not YAML or not a mapping."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(f"{path} is not valid YAML{where} ({problem}): fix it, or write a new one with "
+                         "`accelerate config --config_file PATH`") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a YAML {type(data).__name__}, expected a mapping of accelerate settings "
+                         "(distributed_type: ..., num_processes: ...), as `accelerate config` writes")
+    return data
+
+
+def _from_deepspeed_json(path: str, json_path: str) -> dict:
+    """The stage and offload of a `deepspeed_config_file:` (DeepSpeed's JSON: zero_optimization.*), in the keys
+    of accelerate's inline deepspeed_config. accelerate reads the file relative to the working directory."""
+    where = f"{path}: deepspeed_config_file {json_path}"
+    try:
+        zero = json.loads(Path(json_path).read_text()).get("zero_optimization") or {}
+    except OSError as e:
+        raise ValueError(f"{where} cannot be read ({e.strerror}): give its path from the launch directory") from None
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{where} is not a DeepSpeed JSON object ({e}): fix the file") from None
+    stage = zero.get("stage", 0)
+    if not isinstance(stage, int):
+        raise ValueError(f"{where}: zero_optimization.stage {stage!r} is not 0-3; the planner needs the stage itself")
+    return {
+        "zero_stage": stage,
+        "offload_optimizer_device": (zero.get("offload_optimizer") or {}).get("device", "none"),
+        "offload_param_device": (zero.get("offload_param") or {}).get("device", "none"),
+    }
