@@ -3,6 +3,8 @@ line naming what and the fix, before any model loads; a bug inside a tool keeps 
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import sys
 
@@ -84,6 +86,27 @@ def test_cli_turns_a_missing_package_deep_in_a_tool_into_one_line(monkeypatch, c
     with held:
         assert cli.main(["fake"]) == 2
     assert "already in use" in capsys.readouterr().err
+
+
+def test_a_port_in_use_deep_in_a_tool_names_the_port_flag_only_where_the_tool_has_one():
+    in_use = OSError(errno.EADDRINUSE, "Address already in use")
+    assert one_line("rlhf-recipes chat", in_use, port_flag=True).endswith("choose another --port")
+    train = one_line("rlhf-recipes train", in_use)  # train has no --port (its processes' port is accelerate's)
+    assert "--port" not in train and "stop the program that holds it" in train
+    assert cli.COMMANDS["chat"].port_flag and not cli.COMMANDS["train"].port_flag
+
+
+def test_permission_denied_says_whether_reading_or_writing_was_refused(monkeypatch, tmp_path):
+    # the checks run as root in CI, where chmod does not refuse: fake what the file system allows
+    unreadable = tmp_path / "data.jsonl"
+    unreadable.write_text("{}")
+    monkeypatch.setattr(os, "access", lambda path, mode: not mode & os.R_OK)
+    line = one_line("rlhf-recipes evaluate", PermissionError(errno.EACCES, "Permission denied", str(unreadable)))
+    assert f"reading {unreadable}" in line and "write" not in line
+    monkeypatch.setattr(os, "access", lambda path, mode: not mode & os.W_OK)
+    new_file = tmp_path / "out" / "model.safetensors"
+    line = one_line("rlhf-recipes export", PermissionError(errno.EACCES, "Permission denied", str(new_file)))
+    assert f"writing {new_file}" in line and "choose a folder you can write to" in line
 
 
 def test_a_bug_inside_a_tool_keeps_its_traceback(monkeypatch):

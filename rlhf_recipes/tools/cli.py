@@ -35,6 +35,7 @@ from dataclasses import dataclass
 class Command:
     target: str  # "module:function", called with the remaining arguments
     summary: str
+    port_flag: bool = False  # the tool takes --port (what a port-in-use line may tell the user to change)
 
 
 COMMANDS: dict[str, Command] = {
@@ -63,7 +64,8 @@ COMMANDS: dict[str, Command] = {
     "runs": Command("rlhf_recipes.tools.runs:main",
                     "list runs (status, steps, metrics, evaluations, size); --prune K keeps K checkpoints per run"),
     "chat": Command("rlhf_recipes.tools.chat:main",
-                    "a local web page to talk to trained models side by side (needs the [chat] extra)"),
+                    "a local web page to talk to trained models side by side (needs the [chat] extra)",
+                    port_flag=True),
     "export": Command("rlhf_recipes.tools.export:main",
                       "a run's model as a standard Hugging Face folder with a model card (LoRA merged on request)"),
 }
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a missing package, a port in use ...: one line (tools/surroundings.py); bugs re-raise
         from rlhf_recipes.tools.surroundings import one_line
 
-        line = one_line(f"rlhf-recipes {name}", e)
+        line = one_line(f"rlhf-recipes {name}", e, port_flag=command.port_flag)
         if line is None:
             raise
         print(line, file=sys.stderr)

@@ -9,7 +9,9 @@ one line when they come from deeper inside a tool.
 from __future__ import annotations
 
 import errno
+import os
 import socket
+from pathlib import Path
 
 # Optional packages -> the extra of pyproject.toml that installs them
 EXTRAS = {"gradio": "chat", "deepspeed": "deepspeed", "bitsandbytes": "qlora", "flash_attn": "flash", "vllm": "vllm"}
@@ -88,18 +90,30 @@ def check_device(device: str, tool: str) -> None:
         raise SurroundingsError(f"{tool}: --device {device} is not a device: cpu, cuda, cuda:N or mps")
 
 
-def one_line(tool: str, error: BaseException) -> str | None:
+def _permission_denied(path: str) -> str:
+    """Whether reading or writing `path` was refused: the exception does not say which, so ask the file system
+    now (a file or folder we may not read; else a file or folder we may not write, or create in its parent)."""
+    target = Path(path)
+    if target.exists() and not os.access(target, os.R_OK | (os.X_OK if target.is_dir() else 0)):
+        return f"permission denied reading {path}: make it readable (chmod u+r) or give a copy you can read"
+    if not os.access(target if target.exists() else target.parent, os.W_OK):
+        return f"permission denied writing {path}: choose a folder you can write to"
+    return f"permission denied on {path}: check its permissions and its folders'"
+
+
+def one_line(tool: str, error: BaseException, port_flag: bool = False) -> str | None:
     """The one line for a failure of the surroundings raised from inside a tool; None for anything else (a bug
-    keeps its traceback)."""
+    keeps its traceback). port_flag: the tool takes --port."""
     if isinstance(error, SurroundingsError):
         return f"error: {error}"
     if isinstance(error, ModuleNotFoundError) and error.name and not error.name.startswith(OUR_PACKAGES):
         return (f"error: {tool} needs the Python package `{error.name.split('.')[0]}`, which is not installed here: "
                 f"{install_hint(error.name)}")
     if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
-        return f"error: {tool}: an address or port is already in use ({error.strerror}): choose another --port"
+        fix = "choose another --port" if port_flag else "stop the program that holds it (another run or server?)"
+        return f"error: {tool}: an address or port is already in use ({error.strerror}): {fix}"
     if isinstance(error, PermissionError) and error.filename:
-        return f"error: {tool}: permission denied on {error.filename}: choose a folder you can write to"
+        return f"error: {tool}: {_permission_denied(str(error.filename))}"
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return f"error: {tool}: the disk is full ({error.filename or 'writing'}): free space or choose another folder"
     return None
