@@ -97,6 +97,18 @@ def test_prm_recipe_splits_90_10_with_the_books_seed(prm800k_hub):
     assert (train["prompt"], evals["prompt"]) == (book["train"]["prompt"], book["test"]["prompt"])
 
 
+def test_a_dataset_config_on_prm800k_is_refused_before_reading(tmp_path, monkeypatch):
+    """The raw phase files are read, not a datasets config: --dataset_config would be ignored without a word."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))  # nothing to read
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    recipe = real_recipe("prm.yaml", "--num_samples", "4", "--dataset_config", "phase2")
+    with pytest.raises(DataError, match="--dataset_config phase2 does not apply to dataset `prm800k`") as err:
+        load_splits(recipe)
+    assert "\n" not in str(err.value) and "phase1_train.jsonl" in str(err.value)
+
+
 def test_prm800k_not_cached_offline_is_one_line(tmp_path, monkeypatch):
     import huggingface_hub.constants
 

@@ -147,6 +147,10 @@ def _read_hub_files(source: DataSource, recipe) -> tuple["Dataset", dict[str, An
     args = recipe.args
     hub_id = args.dataset_name or source.hub_id
     split = args.dataset_split or source.default_split
+    if args.dataset_config:  # datasets' config name picks nothing here: no loader runs, the files are read
+        raise DataError(f"{recipe.source}: --dataset_config {args.dataset_config} does not apply to dataset "
+                        f"`{args.dataset}`: its hub repo {hub_id} has no configs, its raw files "
+                        f"({', '.join(source.hub_files(split))}) are read; remove --dataset_config")
     where = f"{hub_id} [{split}]"
     limit = args.num_samples if args.dataset_shuffle_seed is None else None
     kept: list[dict[str, Any]] = []
