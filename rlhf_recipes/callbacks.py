@@ -135,9 +135,16 @@ class LearningRateChange(TrainerCallback):
             group["lr"] *= ratio
             if "initial_lr" in group:
                 group["initial_lr"] *= ratio
+        # Under DeepSpeed the trainer holds accelerate's wrapper (DeepSpeedSchedulerWrapper, no base_lrs of its
+        # own) around the LambdaLR that the engine steps: scale the one inside, or the next step restores the rate.
+        while lr_scheduler is not None and not hasattr(lr_scheduler, "base_lrs") and hasattr(lr_scheduler, "scheduler"):
+            lr_scheduler = lr_scheduler.scheduler
         if lr_scheduler is not None and hasattr(lr_scheduler, "base_lrs"):
             lr_scheduler.base_lrs = [lr * ratio for lr in lr_scheduler.base_lrs]
             lr_scheduler._last_lr = [lr * ratio for lr in lr_scheduler.get_last_lr()]
+        elif lr_scheduler is not None:
+            raise RuntimeError(f"--allow_changes learning_rate: cannot rescale a {type(lr_scheduler).__name__}; "
+                               "resume without changing the learning rate")
         logger.info("learning rate %g -> %g: the restored optimizer and scheduler are rescaled by %g", self.old,
                     self.new, ratio)
 

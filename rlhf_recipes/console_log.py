@@ -2,16 +2,23 @@
 
 What a cluster job's output file or a closed terminal loses stays with the run: the warnings, the progress bar,
 the one-line errors. The copy is taken at the file descriptors, like `tee`: stdout and stderr (1 and 2) are
-pointed at a pipe, and a thread copies each pipe to the console it replaced and to the file. Every writer is
-caught that way: print, logging handlers made before the run started, tqdm, rich, and C code or child processes.
-Where the console is a terminal the pipe is a pseudo-terminal instead, so progress bars and colours still see one.
+pointed at a pipe, and a small copier process copies each pipe to the console it replaced and to the file. Every
+writer is caught that way: print, logging handlers made before the run started, tqdm, rich, and C code or child
+processes. Where the console is a terminal the pipe is a pseudo-terminal instead, so progress bars and colours
+still see one.
+
+The copier is a process of its own, not a thread, so that a run that dies hard (a segfault, an NCCL watchdog's
+abort, os._exit) still has its last lines copied: the kernel closes the dead process's end of the pipe and the
+copier drains what was written before it ends. It ignores the signals a run stops on (Ctrl-C, SLURM's TERM and
+USR1), so it outlives the run's own stop and ends only when every writer of its pipe has gone.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,51 +28,52 @@ class ConsoleLog:
 
     def __init__(self, path: Path, header: str):
         self.path, self.header = path, header
-        self._file = None
         self._saved: list[tuple[int, int]] = []  # (fd, its saved copy)
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
+        self._copiers: list[subprocess.Popen] = []
 
     def start(self) -> "ConsoleLog":
-        self._file = open(self.path, "ab", buffering=0)
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-        self._file.write(f"==== {stamp} {self.header}\n".encode())
+        with open(self.path, "ab") as f:
+            f.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S %Z')} {self.header}\n".encode())
         for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
             _flush(stream)
             saved = os.dup(fd)
             reader, writer = _pipe_like(fd)
+            copier = subprocess.Popen([sys.executable, "-m", "rlhf_recipes.console_log", str(reader), str(saved),
+                                       str(self.path)], pass_fds=(reader, saved), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.close(reader)  # the copier holds the read end; here only the write end stays open, as fd 1 or 2
             os.dup2(writer, fd)
             os.close(writer)
             self._saved.append((fd, saved))
-            thread = threading.Thread(target=self._copy, args=(reader, saved), daemon=True, name=f"console.log {fd}")
-            thread.start()
-            self._threads.append(thread)
+            self._copiers.append(copier)
         return self
 
-    def _copy(self, reader: int, console: int) -> None:
-        try:
-            while chunk := _read(reader):
-                _write_all(console, chunk)
-                with self._lock:
-                    self._file.write(chunk)
-        finally:
-            os.close(reader)
-
     def stop(self) -> None:
-        """Put the consoles back; the copies end once every writer of the pipes is gone (a child process still
-        holding one is not waited for long)."""
+        """Put the consoles back; each copier ends once every writer of its pipe is gone (a child process still
+        holding one is not waited for long: its copier goes on copying until that child ends)."""
         if not self._saved:
             return
         for stream in (sys.stdout, sys.stderr):
             _flush(stream)
         for fd, saved in self._saved:
-            os.dup2(saved, fd)  # the pipe's last writer here closes: its reader reaches the end
-        for thread in self._threads:
-            thread.join(timeout=5)
-        for _, saved in self._saved:
+            os.dup2(saved, fd)  # the pipe's last writer here closes: its copier reaches the end
             os.close(saved)
-        self._saved, self._threads = [], []
-        self._file.close()
+        for copier in self._copiers:
+            try:
+                copier.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._saved, self._copiers = [], []
+
+
+def copy(reader: int, console: int, path: str) -> None:
+    """The copier: everything read from `reader` goes to `console` and to the end of `path`, until the end."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    with open(path, "ab", buffering=0) as log:
+        while chunk := _read(reader):
+            _write_all(console, chunk)
+            log.write(chunk)
 
 
 def _flush(stream) -> None:
@@ -106,3 +114,7 @@ def _write_all(fd: int, data: bytes) -> None:
             data = data[os.write(fd, data):]
     except OSError:  # the console went away (a closed terminal): the file still gets everything
         pass
+
+
+if __name__ == "__main__":  # the copier process that ConsoleLog.start runs
+    copy(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

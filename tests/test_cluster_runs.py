@@ -103,6 +103,27 @@ def test_the_console_is_kept_in_the_run_folder_and_appended_on_resume(started_by
     assert "6/6" in resumed, resumed[-2000:]  # the progress bar reached the last step
 
 
+def test_the_console_log_keeps_the_last_lines_of_a_run_that_dies_hard(tmp_path):
+    """A run killed without a stop (a segfault, an NCCL abort, os._exit) still has its last lines in console.log
+    and on its console: the copier is a process of its own, which drains the pipe after the run has gone."""
+    log = tmp_path / "console.log"
+    script = ("import os, sys\n"
+              "from pathlib import Path\n"
+              "from rlhf_recipes.console_log import ConsoleLog\n"
+              f"ConsoleLog(Path({str(log)!r}), 'started').start()\n"
+              "print('the last line before the crash', flush=True)\n"
+              "os.write(2, b'an error on stderr\\n')\n"
+              "os._exit(3)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    deadline = time.monotonic() + 10  # the copier may still be writing when the run's own process has gone
+    while "an error on stderr" not in log.read_text() or "the last line" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    assert log.read_text().startswith("==== ")
+    assert "the last line before the crash" in result.stdout and "an error on stderr" in result.stderr
+
+
 # --------------------------------------------------------------------------------------
 # The SLURM script: a signal before the time limit, a checkpoint, a requeue, and the same command resuming
 
@@ -184,3 +205,22 @@ def test_the_sbatch_script_checkpoints_at_the_signal_requeues_and_the_same_comma
     assert len(headers) == 2 and " started: " in headers[0], headers
     assert f" resumed from checkpoint-{stopped_at}: " in headers[1] and headers[1].endswith("--resume auto"), headers
     assert f"interrupted at step {stopped_at}" in log  # the run's own warning, from the first attempt's console
+
+
+def test_a_learning_rate_change_reaches_the_scheduler_deepspeed_steps():
+    """Under DeepSpeed the trainer holds accelerate's DeepSpeedSchedulerWrapper around the LambdaLR the engine steps
+    (it has no base_lrs of its own): the change must scale the LambdaLR inside, or the engine's next step puts the
+    old rate back. The same callback as a one-process run, on the wrapper the DeepSpeed path hands it."""
+    import torch
+    from accelerate.utils.deepspeed import DeepSpeedSchedulerWrapper
+
+    from rlhf_recipes.callbacks import LearningRateChange
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    inner = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / 10)
+    inner.step()  # one step into the schedule, as a restored checkpoint is
+    wrapper = DeepSpeedSchedulerWrapper(inner, optimizer)
+    LearningRateChange(old=1e-3, new=2e-2).on_train_begin(None, None, None, optimizer=optimizer, lr_scheduler=wrapper)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-2 * 0.9)
+    inner.step()  # what the engine does at the next optimizer step
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-2 * 0.8)
