@@ -111,8 +111,11 @@ def wandb_api_key_source() -> tuple[str | None, str | None]:
     (wandb/sdk/lib/wbauth/authenticate.py `_use_system_auth`): WANDB_API_KEY or WANDB_IDENTITY_TOKEN_FILE, the netrc
     entry for the server's host, the settings' key. No network, no prompt, and wandb's own process-wide settings
     are left unloaded (wandb.init reads them later, after the run has set WANDB_MODE and WANDB_DIR)."""
-    from wandb.sdk.lib import wbauth
-    from wandb.sdk.wandb_settings import Settings
+    try:  # wandb's own readers (0.2x releases moved them; an older wandb is read as the stdlib reads netrc)
+        from wandb.sdk.lib import wbauth
+        from wandb.sdk.wandb_settings import Settings
+    except ImportError:
+        return _wandb_api_key_source_plain()
 
     key = os.environ.get("WANDB_API_KEY")
     if key:
@@ -134,6 +137,25 @@ def wandb_api_key_source() -> tuple[str | None, str | None]:
     if settings.api_key:
         return "wandb settings", None
     return None, None
+
+
+def _wandb_api_key_source_plain() -> tuple[str | None, str | None]:
+    """wandb_api_key_source for a wandb without the readers it uses: the environment, then the netrc entry for
+    WANDB_BASE_URL's host (api.wandb.ai by default), as every wandb release has read them."""
+    import netrc
+    from urllib.parse import urlparse
+
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if os.environ.get(name):
+            return name, None
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC") or None).authenticators(host)
+    except FileNotFoundError:
+        return None, None
+    except (netrc.NetrcParseError, OSError) as e:
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return (f"netrc entry for {host}", None) if entry and entry[2] else (None, None)
 
 
 # --------------------------------------------------------------------------------------

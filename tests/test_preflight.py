@@ -80,6 +80,25 @@ def test_a_key_a_netrc_entry_or_an_offline_mode_lets_it_start(no_wandb_login, mo
     assert finding.level == "stop" and "`offlne` is not a wandb mode" in finding.text
 
 
+def test_a_wandb_without_the_login_readers_is_read_as_the_stdlib_reads_netrc(no_wandb_login, monkeypatch):
+    """wandb's internal login readers (wbauth) are not in every release pyproject allows: without them the check
+    reads the environment and the netrc entry itself, and never turns into an ImportError at a run's start."""
+    import sys
+
+    from rlhf_recipes.preflight import wandb_api_key_source
+
+    import wandb.sdk.lib
+
+    monkeypatch.setitem(sys.modules, "wandb.sdk.lib.wbauth", None)  # importing it raises ImportError...
+    monkeypatch.delattr(wandb.sdk.lib, "wbauth", raising=False)  # ...also where an earlier test imported it
+    assert wandb_api_key_source() == (None, None)
+    (no_wandb_login / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
+    (no_wandb_login / ".netrc").chmod(0o600)
+    assert wandb_api_key_source() == ("netrc entry for api.wandb.ai", None)
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert wandb_api_key_source() == ("WANDB_API_KEY", None)
+
+
 def test_runs_land_in_the_rlhf_recipes_project_unless_told_otherwise(no_wandb_login, monkeypatch):
     path = str(RECIPES / "grpo.yaml")
     assert _recipe(path).resolved["wandb_project"] == "rlhf-recipes"  # not wandb's default "huggingface"
@@ -221,7 +240,11 @@ def test_preflight_passes_a_runnable_offline_recipe(capsys, tmp_path):
 def test_preflight_names_the_missing_gpus_the_offline_hub_and_wandb(capsys, tmp_path, monkeypatch, no_gpu,
                                                                    no_wandb_login):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # nothing cached
+    import huggingface_hub.constants
+
+    # nothing cached: the constant is read once at import, so the environment variable alone would leave a
+    # machine's own cache (where it holds these models) in place
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--config_file",
                              str(ROOT / "accelerate_configs" / "4gpu.yaml"), "--output_dir", str(tmp_path / "run"))
     assert code == 1

@@ -39,11 +39,14 @@ def test_a_reward_model_loads_whole_while_a_zero3_config_is_registered(tiny_rm):
     from rewards.reward_model import reward_from_spec
 
     config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
-    assert hf_deepspeed.is_deepspeed_zero3_enabled()
-    reward = reward_from_spec(f"rm:{tiny_rm}", batch_size=2, device="cpu")
-    scores = reward(prompts=["Hi"] * 2, completions=["Hello there.", "No."])
-    assert hf_deepspeed.is_deepspeed_zero3_enabled(), "the guard must restore the ZeRO-3 registration"
-    del config
+    try:
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()
+        reward = reward_from_spec(f"rm:{tiny_rm}", batch_size=2, device="cpu")
+        scores = reward(prompts=["Hi"] * 2, completions=["Hello there.", "No."])
+        assert hf_deepspeed.is_deepspeed_zero3_enabled(), "the guard must restore the ZeRO-3 registration"
+    finally:  # a failure's traceback must not keep ZeRO-3 registered for the worker's later tests
+        del config
+        hf_deepspeed.unset_hf_deepspeed_config()
     assert len(scores) == 2 and all(math.isfinite(s) for s in scores)
     assert all(p.dim() >= 1 and p.numel() > 0 for p in reward.scorer.model.parameters())
 
