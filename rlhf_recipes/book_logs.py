@@ -3,7 +3,7 @@
 Transcribed from shared/reference/book.md (the facts read from the book's own code,
 github.com/natolambert/rlhf-book, folder `code/`). Each family's metric map is built here from the
 per-algorithm numbers book_reference.py states (accumulation steps, beta, whether the margins are
-beta-scaled); rlhf_recipes/tools/compare applies them. When the book or our trainers rename a
+beta-scaled); `rlhf-recipes compare` applies them. When the book or our trainers rename a
 metric, this file is the place to fix.
 
 Direction convention: every map goes book -> ours. A reference value is multiplied by `scale`
@@ -128,7 +128,7 @@ def rm_metrics(kind: str) -> tuple[MetricMap, ...]:
     """Reward models; kind: preference | outcome | process."""
     # The book logs train/* and val/* (book.md: train/accuracy, reward_margin -> margin,
     # val/* -> eval/*); TRL's Trainer writes eval rows as eval_<name> in metrics.jsonl.
-    # Unlisted train/* and val/* keys are mapped by rule in tools/compare/align.py (ORM/PRM extras).
+    # Unlisted train/* and val/* keys are mapped by rule where `rlhf-recipes compare` aligns them (ORM/PRM extras).
     if kind == "outcome":
         # The old ORM's `accuracy` was per labeled token (its train/accuracy since 2026-08-15: per rollout).
         accuracy = (MetricMap("accuracy", ("train/accuracy",)),

@@ -3,7 +3,7 @@
 A finding is `ok`, `warn` (the run starts, but something will be lost or misread) or `stop` (the run would
 fail, after its data and model have loaded or hours later). The checks here need no network and import no
 model: `train` runs them before it loads anything (`check_before_load`: a stop is a one-line RecipeError, a warn
-is logged); `rlhf-recipes preflight` (rlhf_recipes/tools/preflight.py) prints them with the checks that need the
+is logged); `rlhf-recipes preflight` prints them with the checks that need the
 hub, the accelerate config and the planner's model sizes.
 
 - wandb: a run that reports to wandb needs an API key (or an offline mode), else wandb raises at the first step,

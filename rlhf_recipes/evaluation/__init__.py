@@ -1,5 +1,5 @@
 """Held-out evaluation of what a run produced, for every family: the runner's floor, so that training can run it
-too (`eval_every`, callback.py) and `rlhf-recipes evaluate` (rlhf_recipes/tools/evaluate.py) is a thin CLI.
+too (`eval_every`, callback.py) and `rlhf-recipes evaluate` is a thin CLI over it.
 
   intervals.py      Wilson, bootstrap and paired-bootstrap intervals, the unbiased pass@k (pure functions)
   base.py           options, per-problem Scores, their summary and difference; the Evaluator base class

@@ -258,18 +258,24 @@ def model_finding(recipe, online: bool) -> Finding:
         return Finding(OK, "model", f"{name}: a saved model folder")
     if not online:
         return Finding(OK, "model", f"`{name}`: in the local cache (the hub is offline or unreachable)")
-    problem = hub_access_problem(name, "model")
-    if problem is not None:
-        level, text = problem
-        if level == STOP:
-            raise RecipeError(f"{recipe.where('model_name_or_path')}: {text}")
-        return Finding(level, "model", text)
-    return Finding(OK, "model", f"`{name}` on the hub")
+    return hub_access_finding(name, "model", "model", recipe.where("model_name_or_path")) or \
+        Finding(OK, "model", f"`{name}` on the hub")
 
 
-def hub_access_problem(repo_id: str, repo_type: str) -> tuple[str, str] | None:
-    """Whether this machine's hub token may download the repo: (level, text) when not, else None. A gated repo
-    whose terms were not accepted fails only at its download, after the earlier stages have run."""
+def hub_access_finding(repo_id: str, repo_type: str, check: str, where: str) -> Finding | None:
+    """Whether this machine's hub token may download the repo: None when it may, a warning when the hub did not
+    answer; a RecipeError naming `where` when it may not (a gated repo whose terms were not accepted fails only at
+    its download, after the earlier stages have run)."""
+    problem = _hub_access_problem(repo_id, repo_type)
+    if problem is None:
+        return None
+    level, text = problem
+    if level == STOP:
+        raise RecipeError(f"{where}: {text}")
+    return Finding(level, check, text)
+
+
+def _hub_access_problem(repo_id: str, repo_type: str) -> tuple[str, str] | None:
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -316,12 +322,9 @@ def data_finding(recipe, online: bool) -> Finding | None:
 def hub_dataset_finding(hub_id: str, config: str | None, split: str, columns, where: str) -> Finding:
     from datasets import get_dataset_split_names, load_dataset
 
-    problem = hub_access_problem(hub_id, "dataset")
-    if problem is not None:
-        level, text = problem
-        if level == STOP:
-            raise RecipeError(f"{where}: {text}")
-        return Finding(level, "data", text)
+    access = hub_access_finding(hub_id, "dataset", "data", where)
+    if access is not None:
+        return access
     try:
         splits = get_dataset_split_names(hub_id, config)
     except Exception as e:
