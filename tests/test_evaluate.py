@@ -52,7 +52,14 @@ def _check_contract(result: dict, baseline: bool) -> None:
         assert bound["method"] and bound["low"] <= value + 1e-9 and value <= bound["high"] + 1e-9, (metric, bound)
     assert result["versions"]["torch"] and result["versions"]["transformers"] and result["versions"]["trl"]
     assert result["throughput"]["problems_per_s"] > 0
+    # each unweighted metric per problem (what an interval over several runs on the same problems needs): its mean is
+    # the reported metric, for the model and, beside it, its baseline on the same problems
+    recorded = [("per_problem", result["metrics"])] + ([("baseline_per_problem", result["baseline"])] if baseline else [])
+    for key, means in recorded:
+        for metric, values in result[key].items():
+            assert sum(values) / len(values) == pytest.approx(means[metric], abs=1e-5), (key, metric)
     if baseline:
+        assert set(result["baseline_per_problem"]) == set(result["per_problem"])
         assert result["baseline_model"] == "tiny" and set(result["difference"]) >= set(result["intervals"])
         for metric, d in result["difference"].items():
             if d["low"] is not None:
@@ -91,6 +98,7 @@ def test_grpo_before_after_end_to_end(runs, capsys):
     result = saved(run)
     _check_contract(result, baseline=True)
     assert result["family"] == "policy_gradient" and result["data"]["problems"] == 6
+    assert len(result["per_problem"]["exact_match"]) == len(result["baseline_per_problem"]["exact_match"]) == 6
     assert {"exact_match", "mean_score", "format_rate", "mean_length", "pass@2", "pass@1_sampled"} <= set(
         result["metrics"])
     assert result["intervals"]["exact_match"]["method"] == "wilson"

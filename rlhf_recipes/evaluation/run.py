@@ -76,6 +76,13 @@ def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int)
             "kl_per_sequence": sum(v for v, _ in kl) / max(len(kl), 1), "kl_prompts": len(kl), "kl_tokens": tokens}
 
 
+def per_problem(scores: Scores) -> dict[str, list[float]]:
+    """Each unweighted metric's value on each problem, in the problem order (a few KB for 200 problems): what an
+    interval over several runs on the same problems needs (rlhf_recipes/tools/lab/stats.py gain_interval)."""
+    return {name: [round(float(v), 6) for v in values] for name, values in scores.per_problem.items()
+            if name not in scores.weights}
+
+
 def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = False) -> dict[str, Any]:
     """Score `model_path` (and its baseline or unquantized self) on the evaluator's held-out problems."""
     from dataclasses import replace
@@ -126,12 +133,14 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         "versions": versions(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "samples": after.samples,
+        "per_problem": per_problem(after),
     }
     if before is not None:
         result["baseline"], result["baseline_intervals"] = summarize(before, options.seed)
         result["difference"] = difference(after, before, options.seed)
         result["baseline_throughput"] = before.throughput
         result["baseline_samples"] = before.samples
+        result["baseline_per_problem"] = per_problem(before)
     if after.details:
         result["details"] = after.details
     if before is not None and before.details:
