@@ -153,7 +153,7 @@ def report_rows(result: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def print_report(result: dict) -> None:
-    from rlhf_recipes.tools.compare.table import print_table
+    from rlhf_recipes.tools.lab.document import print_table
 
     data, speed = result["data"], result["throughput"]
     title = (f"{result['algorithm']}: {result['evaluation']} ({data.get('problems')} problems, "

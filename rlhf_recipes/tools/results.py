@@ -44,13 +44,12 @@ def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
     def cell(value: Any) -> str:
         return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
+    from rlhf_recipes.tools.lab.document import plain_table
+
     header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
               "graded by"]
-    body = [[r["algorithm"], cell(r["base"]), cell(r["tuned"]), cell(r["book_base"]), cell(r["book_tuned"]),
-             r["book_runs"], r["run"], cell(r["grading"])] for r in rows(run_dirs, metric)]
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *body)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
-    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+    return plain_table(header, [[cell(r[k]) for k in ("algorithm", "base", "tuned", "book_base", "book_tuned",
+                                                      "book_runs", "run", "grading")] for r in rows(run_dirs, metric)])
 
 
 def main(argv: list[str] | None = None) -> int:

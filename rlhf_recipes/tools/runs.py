@@ -68,13 +68,12 @@ def _number(value) -> str:
 def print_table(runs: list[SavedRun], root: Path) -> None:
     from rich.console import Console
     from rich.filesize import decimal
-    from rich.table import Table
 
-    table = Table(title=f"{len(runs)} run(s) under {root}", title_justify="left")
-    for name in ("run", "algorithm", "model", "profile", "status", "steps", "final metrics", "evaluations",
-                 "size", "checkpoints"):
-        table.add_column(name, justify="right" if name in ("steps", "size") else "left",
-                         overflow="fold")
+    from rlhf_recipes.tools.lab.document import table as new_table
+
+    table = new_table(f"{len(runs)} run(s) under {root}", ("run", "algorithm", "model", "profile", "status", "steps",
+                      "final metrics", "evaluations", "size", "checkpoints"), right=("steps", "size"),
+                      title_justify="left")
     for run in runs:
         name = str(run.path.relative_to(root)) if run.path != root else run.path.name
         table.add_row(name, run.algorithm, run.model, run.profile or "-", run.status,

@@ -18,7 +18,7 @@ from pathlib import Path
 from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
 from rlhf_recipes.tools.compare.nano_reference import NANO_REFERENCE, compare_with_nano_runs
 from rlhf_recipes.tools.compare.references import published_algorithms
-from rlhf_recipes.tools.compare.table import print_table
+from rlhf_recipes.tools.lab.document import print_table
 from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
 
 

@@ -15,6 +15,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rlhf_recipes.tools.lab.document import save_figure  # noqa: E402
+
 REFERENCE_COLOR = "0.35"
 MAX_COLUMNS = 3
 FEW_POINTS = 30  # below this many points, draw markers so short runs stay visible
@@ -104,8 +106,5 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
     handles = _legend_handles(colors, panels)
     fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)),
                bbox_to_anchor=(0.5, 1 - 0.45 / height), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig.set_layout_engine("tight", rect=(0, 0, 1, 1 - 0.75 / height))  # room above for the title and legend
+    return save_figure(fig, path)

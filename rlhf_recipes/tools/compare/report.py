@@ -8,7 +8,6 @@ Both write into `out_dir`: compare.png, compare.txt (table + notes), compare.jso
 from __future__ import annotations
 
 import fnmatch
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from rlhf_recipes.tools.compare.references import (
     lookup,
     published_algorithms,
 )
-from rlhf_recipes.tools.compare.table import fmt, local_table, reference_table, render_plain
+from rlhf_recipes.tools.compare.table import fmt, local_table, reference_table
 from rlhf_recipes.tools.compare.verdict import (
     BAND_SIGMAS,
     WINDOW_FRACTION,
@@ -37,7 +36,7 @@ from rlhf_recipes.tools.compare.verdict import (
     compare_to_reference,
     final_mean,
 )
-from rlhf_recipes.json_safe import json_safe
+from rlhf_recipes.tools.lab.document import plain_table, write_result
 
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
@@ -214,29 +213,13 @@ def compare_with_reference(
         title += f" ({spec.wandb_path}{', an older setup' if spec.run_setup else ''})"
     book_names = {name: am.book for name, am in aligned.metrics.items()}
     headers, rows = reference_table(comparisons, book_names, several_runs=len(runs) > 1)
-    report = CompareReport(
-        title=title,
-        headers=headers,
-        rows=rows,
-        figure=plot.draw(panels, out / FIGURE_NAME, title),
-        table_file=out / TABLE_NAME,
-        summary_file=out / SUMMARY_NAME,
-        notes=notes,
-        comparisons=comparisons,
-    )
-    summary = {
-        "mode": "reference",
-        "reference": {
-            "algorithm": spec.algorithm,
-            "wandb_path": spec.wandb_path,
-            "source": history.source,
-            "x_mapping": aligned.x_mapping,
-            "setup": spec.run_setup or None,
-        },
-        "comparisons": [asdict(c) for c in comparisons],
-        "heldout": heldout_summary(runs),
-    }
-    _write_outputs(report, runs, summary, fraction)
+    report = CompareReport(title, headers, rows, out / FIGURE_NAME, out / TABLE_NAME, out / SUMMARY_NAME, notes,
+                           comparisons)
+    summary = {"mode": "reference",
+               "reference": {"algorithm": spec.algorithm, "wandb_path": spec.wandb_path, "source": history.source,
+                             "x_mapping": aligned.x_mapping, "setup": spec.run_setup or None},
+               "comparisons": [asdict(c) for c in comparisons], "heldout": heldout_summary(runs)}
+    _write_outputs(report, runs, summary, fraction, panels)
     return report
 
 
@@ -325,40 +308,28 @@ def compare_local_runs(
     headers, rows = local_table(selected, labels, means)
     rows += heldout_rows(runs)
     report = CompareReport(
-        title=title,
-        headers=headers,
-        rows=rows,
-        figure=plot.draw(panels, out / FIGURE_NAME, title),
-        table_file=out / TABLE_NAME,
-        summary_file=out / SUMMARY_NAME,
+        title, headers, rows, out / FIGURE_NAME, out / TABLE_NAME, out / SUMMARY_NAME,
         notes=[*(notes or []), f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
         + (["rows `<name>: <metric>`: the run's held-out evaluation (RUN_DIR/eval/<name>.json) with its 95% "
             "interval"] if any(r.heldout for r in runs) else []),
         local_means=means,
     )
-    summary = {
-        "mode": "local",
-        "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected},
-        "heldout": heldout_summary(runs),
-    }
-    _write_outputs(report, runs, summary, fraction)
+    summary = {"mode": "local", "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected},
+               "heldout": heldout_summary(runs)}
+    _write_outputs(report, runs, summary, fraction, panels)
     return report
 
 
 # --- writing ------------------------------------------------------------------------------
 
 
-def _write_outputs(report: CompareReport, runs: list[LocalRun], summary: dict, fraction: float) -> None:
-    summary = {
-        **summary,
-        "runs": [{"label": r.label, "path": str(r.path), "algorithm": r.algorithm} for r in runs],
-        "window_fraction": fraction,
-        "band_sigmas": BAND_SIGMAS,
-        "notes": report.notes,
-        "figure": str(report.figure),
-    }
-    report.summary_file.write_text(json.dumps(json_safe(summary), indent=2) + "\n")
-    text = render_plain(report.headers, report.rows, report.title)
+def _write_outputs(report: CompareReport, runs: list[LocalRun], summary: dict, fraction: float,
+                   panels: list[plot.Panel]) -> None:
+    summary = {**summary, "runs": [{"label": r.label, "path": str(r.path), "algorithm": r.algorithm} for r in runs],
+               "window_fraction": fraction, "band_sigmas": BAND_SIGMAS, "notes": report.notes,
+               "figure": str(report.figure)}
+    text = plain_table(report.headers, report.rows, report.title)
     if report.notes:
         text += "\n\nNotes:\n" + "\n".join(f"- {n}" for n in report.notes)
-    report.table_file.write_text(text + "\n")
+    write_result(summary, report.summary_file, text=text, text_path=report.table_file,
+                 draw=lambda path: plot.draw(panels, path, report.title), figure_path=report.figure)

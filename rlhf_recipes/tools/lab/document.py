@@ -1,9 +1,10 @@
-"""The one writer of a many-run tool's result: a result document -> its JSON, its tables as text, its figure.
+"""The one writer of a tool's result: a result document -> its JSON, its tables as text, its figure.
 
-Every many-run tool (sweep, nano-book, nano-figures, overoptimization, the HH pipeline) ends the same way: a plain
-document of numbers (`json_safe`: NaN and infinities as null), rich tables (or plain lines) rendered to text, and
-a matplotlib figure. The files are written atomically (rlhf_recipes/disk.py): reports are rewritten while runs
-finish, as people and scripts read them.
+Every tool that reports numbers (sweep, nano-book, nano-figures, overoptimization, the HH pipeline, compare,
+evaluate, results, runs, plan) ends the same way: a plain document of numbers (`json_safe`: NaN and infinities as
+null), tables (`table`: rich; `plain_table`: text that a file and a terminal agree on), and a matplotlib figure.
+The files are written atomically (rlhf_recipes/disk.py): reports are rewritten while runs finish, as people and
+scripts read them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,45 @@ from typing import Any, Callable, Iterable
 
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.json_safe import json_safe
+
+
+def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[str]] = (), *,
+          right: Iterable[str] = (), caption: str | None = None, **options):
+    """A rich Table: its columns (those named in `right` right-justified, every cell folded rather than cut), its
+    rows; more rows can be added with add_row."""
+    from rich.table import Table
+
+    right = set(right)
+    out = Table(title=title, caption=caption, **options)
+    for name in columns:
+        out.add_column(name, justify="right" if name in right else "left", overflow="fold")
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
+def plain_table(headers: list[str], rows: list[list[str]], title: str = "") -> str:
+    """The table as aligned plain text (a title line, the headers, a rule, the rows)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [headers, *rows]]
+    return "\n".join(([title] if title else []) + [lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def print_table(headers: list[str], rows: list[list[str]], title: str = "") -> None:
+    """The table on the terminal (rich), as wide as it needs when piped; cells starting "outside" in red."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console()
+    # Piped output (CI logs, files) has no terminal width to respect: use what the table needs instead of folding
+    # every cell into 80 columns.
+    needed = len(plain_table(headers, rows).splitlines()[0]) + 3 * len(headers) + 1
+    if not console.is_terminal and console.width < needed:
+        console = Console(width=needed)
+    # escape(): metric names like rewards/*/mean must not be read as rich markup
+    console.print(table(title or None, headers, ([f"[red]{escape(c)}[/red]" if c.startswith("outside") else escape(c)
+                                                  for c in row] for row in rows)))
 
 
 def render_text(items: Iterable[Any], width: int = 160) -> str:
@@ -46,6 +86,7 @@ def write_result(document: dict[str, Any], json_path: Path, *, text: str | None 
                  figure_path: Path | None = None) -> list[Path]:
     """<json_path> (the document), <text_path> (`text`: the tables, rendered) and <figure_path> (`draw(path)`
     draws it); returns the paths written, in that order."""
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(json_path, json.dumps(json_safe(document), indent=2, default=str) + "\n")
     written = [Path(json_path)]
     if text is not None and text_path is not None:

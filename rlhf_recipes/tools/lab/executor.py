@@ -34,7 +34,7 @@ from rlhf_recipes.checkpoints import find_resumable_checkpoint
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.paths import RECIPES_DIR
 from rlhf_recipes.run_folder import (
-    EXIT_INTERRUPTED, FINAL_RESULTS_FILE, has_config, read_config, read_results, run_finished,
+    EXIT_INTERRUPTED, EXIT_STILL_RUNNING, FINAL_RESULTS_FILE, has_config, read_config, read_results, run_finished,
 )
 from rlhf_recipes.run_lock import live_holder
 from rlhf_recipes.run_setup import meaning_changes
@@ -309,7 +309,8 @@ def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwr
     """A tool's plan on the executor: its phases one after another (a phase's jobs W at a time). Runs kept from an
     earlier call must be the runs asked (else one line, exit 2, nothing run); `prepare` runs once before any job
     (the nano base built: every run would otherwise wait on its build's lock); each failure is named with its log.
-    Returns (0 every job finished | 1 some failed | 130 interrupted | 2 bad input, the outcomes)."""
+    Returns (0 every job finished | 1 some failed | 75 only runs held by another live process left | 130
+    interrupted | 2 bad input, the outcomes)."""
     todo = [job for phase in phases for job in phase]
     try:
         for job in [] if overwrite else todo:
@@ -327,7 +328,8 @@ def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwr
         outcomes += executor.run(phase, on_finish=on_finish)
         if executor.stopped:
             return EXIT_INTERRUPTED, outcomes
-    failed = [o for o in outcomes if o.status != "finished"]
-    for o in failed:  # the others stay reusable: the same command again runs only these
+    unfinished = [o for o in outcomes if o.status != "finished"]
+    for o in unfinished:  # the others stay reusable: the same command again runs only these
         print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    return (1 if failed else 0), outcomes
+    elsewhere = all(o.status == STILL_RUNNING for o in unfinished)
+    return (0 if not unfinished else EXIT_STILL_RUNNING if elsewhere else 1), outcomes

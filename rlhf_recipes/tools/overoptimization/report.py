@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_recipes.tools.lab.document import save_figure
+from rlhf_recipes.tools.lab.document import save_figure, table
 from rlhf_recipes.tools.overoptimization.formulas import gold_best_of_n, gold_rl
 
 GOLD = "gold score (task's score_answer, 0-1)"
@@ -31,12 +31,8 @@ def _fit_cell(f: dict[str, Any] | None) -> str:
 
 
 def tables(doc: dict[str, Any]) -> list:
-    from rich.table import Table
-
-    proxies = Table(title="proxies: held-out pairwise accuracy against the gold ordering "
-                          "(95% t interval over problems)")
-    for c in ("proxy", "recipe run", "pairwise accuracy", "problems with a pair"):
-        proxies.add_column(c)
+    proxies = table("proxies: held-out pairwise accuracy against the gold ordering (95% t interval over problems)",
+                    ("proxy", "recipe run", "pairwise accuracy", "problems with a pair"))
     for p in doc["proxies"]:
         a = p["pairwise_accuracy"]
         cell = "-" if a["mean"] is None else _interval({"x": a["mean"], "x_low": a["low"], "x_high": a["high"]}, "x")
@@ -45,17 +41,15 @@ def tables(doc: dict[str, Any]) -> list:
     for section, label, keys in (("best_of_n", "best-of-n from the base (KL analytic)", ("proxy_name", "n")),
                                  ("rl", "RL against the proxy (KL sampled)", ("proxy_name", "step")),
                                  ("direct_alignment", "direct alignment (KL sampled)", ("run", "step"))):
-        t = Table(title=f"{label}: gold and proxy scores, mean [95% t interval over problems]")
-        for c in (*keys, "KL (nats)", "d", "gold", "proxy"):
-            t.add_column(c)
+        t = table(f"{label}: gold and proxy scores, mean [95% t interval over problems]",
+                  (*keys, "KL (nats)", "d", "gold", "proxy"))
         for r in doc[section]:
             t.add_row(*(str(r[k]) for k in keys), _interval(r, "kl") if "kl_low" in r else f"{r['kl']:.3f}",
                       f"{r['d']:.2f}", _interval(r, "gold"), _interval(r, "proxy") if "proxy" in r else "-")
         out.append(t)
-    fits = Table(title="fits of gold(d) - gold(0): best-of-n d(alpha - beta d), RL and direct alignment "
-                       "d(alpha - beta log d); the turn seen: last step minus the best step [95% t over problems]")
-    for c in ("kind", "curve", "fit", "best step (d)", "last - best"):
-        fits.add_column(c)
+    fits = table("fits of gold(d) - gold(0): best-of-n d(alpha - beta d), RL and direct alignment "
+                 "d(alpha - beta log d); the turn seen: last step minus the best step [95% t over problems]",
+                 ("kind", "curve", "fit", "best step (d)", "last - best"))
     for kind, curves in doc["fits"].items():
         for name, f in curves.items():
             seen = doc["turns"].get(kind, {}).get(name)

@@ -87,7 +87,8 @@ def gib(x: float) -> str:
 
 def render(plan: Plan, suggestions: list[Suggestion] | None = None, console=None) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from rlhf_recipes.tools.lab.document import table as new_table
 
     console = console or Console()
     r = plan.recipe
@@ -100,13 +101,8 @@ def render(plan: Plan, suggestions: list[Suggestion] | None = None, console=None
                   f"{plan.launch.processes} GPU(s) = effective batch {effective}; dtype {r.model.dtype}; "
                   f"activation checkpointing {'on' if t.activation_checkpointing else 'off'}"
                   f"{'; LoRA' if r.model.use_peft else ''}{' on a 4-bit base' if r.model.load_in_4bit else ''}")
-    table = Table(title="predicted memory per GPU (GiB)", show_lines=False)
-    table.add_column("term")
-    table.add_column("phase")
-    table.add_column("GiB", justify="right")
-    table.add_column("how")
-    for term in plan.terms:
-        table.add_row(term.name, term.phase, gib(term.bytes), term.formula)
+    table = new_table("predicted memory per GPU (GiB)", ("term", "phase", "GiB", "how"),
+                      ((t.name, t.phase, gib(t.bytes), t.formula) for t in plan.terms), right=("GiB",))
     for phase, value in plan.phases.items():
         table.add_row(f"[bold]peak during {phase}[/bold]", "", f"[bold]{gib(value)}[/bold]",
                       "resident + this phase's terms")

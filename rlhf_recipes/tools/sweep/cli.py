@@ -104,9 +104,8 @@ def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse(sys.argv[1:] if argv is None else argv)
-    from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
+    from rlhf_recipes.tools.lab.executor import check_settings, run_plan
     from rlhf_recipes.tools.sweep import report
-    from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, check_settings, default_workers
 
     try:
         spec, sweep_dir = read_spec(args, overrides)
@@ -119,36 +118,29 @@ def main(argv: list[str] | None = None) -> int:
         sweep_spec.check(spec)
         if args.workers is not None and args.workers < 1:
             raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")
-        evaluate = wants_evaluation(spec, args.evaluate)
-        jobs = jobs_of(spec, sweep_dir, evaluate)
+        jobs = jobs_of(spec, sweep_dir, wants_evaluation(spec, args.evaluate))
         with state.SweepLock(sweep_dir):
             whole = state.merged(spec, sweep_dir, args.overwrite)
-            if not args.overwrite:
-                for job in jobs:
-                    check_settings(job)
-            state.save(whole, sweep_dir)
             if args.slurm:
                 from rlhf_recipes.tools.sweep.slurm import write_and_submit
 
+                for job in [] if args.overwrite else jobs:
+                    check_settings(job)
+                state.save(whole, sweep_dir)
                 return write_and_submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}")
-            executor = Executor(args.workers or default_workers(len(jobs)), args.launcher, overwrite=args.overwrite,
-                                title=f"sweep {sweep_dir}")
-            outcomes = executor.run(jobs, on_finish=lambda outcome: report.write(whole, sweep_dir))
+            # the widened sweep is recorded once the kept runs are known to be the ones asked (run_plan checks)
+            code, _ = run_plan([jobs], workers=args.workers, title=f"sweep {sweep_dir}", overwrite=args.overwrite,
+                               launcher=args.launcher, prepare=lambda: state.save(whole, sweep_dir),
+                               on_finish=lambda outcome: report.write(whole, sweep_dir))
+            if code == 2:
+                return code
             result = report.write(whole, sweep_dir)
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_report(result)
-    failed = [o for o in outcomes if o.status == "failed"]
-    for o in failed:
-        print(f"failed: {o.job.name}: {o.error}; log: {o.job.log}", file=sys.stderr)
-    elsewhere = [o for o in outcomes if o.status == STILL_RUNNING]
-    for o in elsewhere:
-        print(f"still running: {o.job.name}: {o.error}", file=sys.stderr)
     print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
-    if executor.stopped:
-        return EXIT_INTERRUPTED
-    return 1 if failed else EXIT_STILL_RUNNING if elsewhere else 0
+    return code
 
 
 def print_report(result: dict) -> int:
