@@ -6,18 +6,28 @@ command is expected to end with, e.g. `# runs as written (exit code 1: does not 
 it must exit 0. A block right after the HTML comment `<!-- not run by tests/test_docs_commands.py:
 REASON -->` is skipped as a whole (the comment says why).
 
-They run as real subprocesses, in chains: a command that names a run under outputs/ runs after the
+They run in chains: a command that names a run under outputs/ runs after the
 earlier command that writes it, in the same scratch folder (the README's tiny DPO run in
 outputs/dpo-tiny is compared on the direct-alignment page and exported on the tools page: one
 chain), and a command that reads every run under outputs/ (`rlhf-recipes runs`) joins the chain of
 the latest run written on its page. Each chain is its own test, so parallel workers (pytest-xdist)
 run the chains side by side; within a chain the commands keep document order. A chain's working
 directory is a scratch folder holding links to the repository's recipes/ and accelerate_configs/,
-so outputs/ lands there. `python` is this interpreter; `rlhf-recipes` is the installed command next to it (or
-`python -m rlhf_recipes.tools` without one), and PYTHONPATH points at this checkout so both run its
-code. The environment is offline: HF_HUB_OFFLINE=1, WANDB_MODE=offline, OMP_NUM_THREADS=1.
+so outputs/ lands there. The environment is offline: HF_HUB_OFFLINE=1, WANDB_MODE=offline, OMP_NUM_THREADS=1, and
+PYTHONPATH points at this checkout.
 
-Keep the runnable set small: each tiny run is a process of about 10 s on a CPU.
+Each command runs in this test's process, started as the shell would start it: `python FILE ARGS` runs FILE as
+__main__, `python -m MODULE ARGS` runs MODULE as __main__, and `rlhf-recipes ARGS` runs the installed command's
+own script (or `python -m rlhf_recipes.tools` without one), each with sys.argv as the shell would set it (shlex)
+and its exit code taken from its SystemExit (an uncaught exception: exit 1, as python's). A fresh process per
+command cost ~5 CPU-s of imports (torch, transformers, TRL) each, half of this test's time. What a command
+changes in the process is put back after it: the working directory, the environment, sys.argv and sys.path, the
+logging levels and handlers, the signal handlers, the warnings filters and torch's thread count. The processes a
+command starts itself (a sweep's runs, the bad-input battery's cases, the console copier) are still real
+processes, and so are the commands this cannot start in-process (anything but python and rlhf-recipes). That the
+commands also start as fresh processes is shown there and in tests/test_compare.py (the installed command).
+
+Keep the runnable set small: each tiny run is about 5 s of CPU.
 
 The cheap checks below run nothing: every recipes/*.yaml named in the docs exists, every recipe
 is named in README.md, every `rlhf-recipes <command>` named is a real command, and every local
@@ -26,11 +36,18 @@ link points at a file.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import runpy
 import shlex
+import signal
 import subprocess
 import sys
+import traceback
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,25 +214,116 @@ def test_chains_cover_every_runnable_command_once_and_keep_the_readme_dpo_run_wi
     assert any("outputs/dpo-tiny" in c.line and c.where.startswith("docs/") for c in readme_run), readme_run
 
 
+def _in_process(argv: list[str]) -> tuple[list[str], Callable[[], object]] | None:
+    """sys.argv and the start of `argv` as the shell would start it, in this process; None where that is not how
+    it starts (a program other than python and rlhf-recipes, or a python option other than -m)."""
+    program, rest = argv[0], argv[1:]
+    if program == "python" and rest[:1] == ["-m"]:
+        module = rest[1]
+        return ["-m", *rest[2:]], lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)
+    if program == "python" and rest and not rest[0].startswith("-"):
+        return rest, lambda: runpy.run_path(rest[0], run_name="__main__")
+    if program == "rlhf-recipes":
+        installed = Path(sys.executable).parent / "rlhf-recipes"
+        if installed.exists():
+            return [str(installed), *rest], lambda: runpy.run_path(str(installed), run_name="__main__")
+        return ["-m", *rest], lambda: runpy.run_module("rlhf_recipes.tools", run_name="__main__", alter_sys=True)
+    return None
+
+
+def _exit_code(start: Callable[[], object]) -> int:
+    """The exit code python gives a script that runs `start`'s code."""
+    try:
+        start()
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except Exception:  # noqa: BLE001 - python prints any uncaught exception and exits 1: so does this
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+@contextmanager
+def _process_state_restored():
+    """Whatever a command run in this process changes in it, put back when it ends. Loggers that the command's
+    imports made are left as made: the same imports in a later process make them the same way."""
+    import torch
+
+    environ, argv, path, cwd, threads = dict(os.environ), sys.argv[:], sys.path[:], os.getcwd(), torch.get_num_threads()
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    levels = {logger: (logger.level, logger.handlers[:], logger.propagate) for logger in loggers}
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)}
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.argv[:], sys.path[:] = argv, path
+        for logger, (level, kept, propagate) in levels.items():
+            logger.setLevel(level)
+            logger.handlers[:] = kept
+            logger.propagate = propagate
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        torch.set_num_threads(threads)
+
+
+def run_command(command: DocCommand, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run a doc command in `cwd` with `env`; its exit code and its output (stdout then stderr, the end of it)."""
+    started = _in_process(command.argv)
+    if started is None:
+        result = subprocess.run(_resolve(command.argv), cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=TIMEOUT_S, check=False)
+        return result.returncode, (result.stdout + result.stderr)[-4000:]
+    argv, start = started
+    with _process_state_restored():
+        os.chdir(cwd)
+        os.environ.update(env)
+        sys.argv[:] = argv
+        return _exit_code(start), ""
+
+
+def test_a_command_in_process_gives_the_exit_code_a_process_would_and_leaves_the_process_as_it_was(tmp_path, capfd):
+    (tmp_path / "recipes").symlink_to(REPO / "recipes", target_is_directory=True)
+    before = dict(os.environ), sys.argv[:], sys.path[:], os.getcwd(), signal.getsignal(signal.SIGINT)
+    env = {**os.environ, "RLHF_RECIPES_DOCS_PROBE": "1"}
+    for line, expected, said in [
+        ("rlhf-recipes no-such-command", 2, "unknown command `no-such-command`"),  # main's return value
+        ("rlhf-recipes plan", 2, "the following arguments are required: recipe"),  # argparse's SystemExit
+        ("python recipes/run.py recipes/dpo.yaml --profile tiny --no_such_key 1", 2, "no_such_key"),
+        ("python -m rlhf_recipes.tools --help", 0, "usage: rlhf-recipes"),
+    ]:
+        command = DocCommand(where="probe", line=line, argv=shlex.split(line), expected_exit=expected, runnable=True)
+        assert run_command(command, tmp_path, env)[0] == expected, line
+        captured = capfd.readouterr()
+        assert said in captured.out + captured.err, (line, captured)
+    assert (dict(os.environ), sys.argv, sys.path, os.getcwd(), signal.getsignal(signal.SIGINT)) == before
+    assert not (tmp_path / "outputs").exists()  # the refused run left nothing
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", command_chains(), ids=lambda chain: chain[0].where)
-def test_doc_commands_run_as_written(chain, tmp_path):
+def test_doc_commands_run_as_written(chain, tmp_path, capfd):
     for folder in ("recipes", "accelerate_configs"):
         (tmp_path / folder).symlink_to(REPO / folder, target_is_directory=True)
     env = {
-        **os.environ,
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "offline",
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     }
     for command in chain:
-        result = subprocess.run(_resolve(command.argv), cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=TIMEOUT_S)
-        if result.returncode != command.expected_exit:
-            output = (result.stdout + result.stderr)[-4000:]
-            pytest.fail(f"{command.where}: `{command.line}` exited {result.returncode}, "
-                        f"expected {command.expected_exit}\n{output}")
+        code, output = run_command(command, tmp_path, {**os.environ, **env})
+        captured = capfd.readouterr()
+        output = output or (captured.out + captured.err)[-4000:]
+        if code != command.expected_exit:
+            pytest.fail(f"{command.where}: `{command.line}` exited {code}, expected {command.expected_exit}\n{output}")
 
 
 def _all_docs_text() -> str:
