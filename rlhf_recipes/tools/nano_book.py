@@ -20,8 +20,11 @@ reward), held-out exact match and the training pairs' preference accuracy. Then 
 against the optimizer step, a line per algorithm; a table of base, final, gain [95% interval] per held-out metric
 and wall time per algorithm (printed, and <out>/nano_book_<family>_table.txt), and every number with the settings
 that produced it in <out>/nano_book_<family>.json. With --seeds, each gain is the mean over seeds with a 95% t
-interval over seeds, "learns" means that interval lies above zero, and the curves are means over seeds.
-A finished run is reused unless --overwrite.
+interval over seeds and problems (every seed is scored on the same problems, so the spread over seeds alone misses
+the problems' share of the noise; rlhf_recipes/tools/lab/stats.py gain_over_seeds, its method written in the JSON
+and under the table), "learns" means that interval lies above zero, and the curves are means over seeds.
+A finished run is reused unless --overwrite; --report trains nothing and redraws the JSON, table and figure from the
+run folders under --out (the base's build record and settings kept from the JSON already there).
 These are this project's nano runs, never the book's: the book's runs are 1-2B models on GPUs.
 """
 
@@ -110,9 +113,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval_problems", type=int, default=100, help="problems per periodic evaluation")
     parser.add_argument("--num_problems", type=int, default=200, help="problems of the final before/after evaluation")
     parser.add_argument("--seeds", type=int, help="training seeds per algorithm (seeds 0..N-1, in <out>/<algorithm>/"
-                        "seed-<s>); the table then gives the mean gain with a 95%% interval over seeds")
+                        "seed-<s>); the table then gives the mean gain with a 95%% interval over seeds and problems")
     parser.add_argument("--workers", type=int, help="runs at once (default: one per core)")
     parser.add_argument("--overwrite", action="store_true", help="train again even where a run finished")
+    parser.add_argument("--report", action="store_true", help="train nothing: redraw the JSON, table and figure from "
+                        "the evaluated run folders under --out (the same --family, --algorithms and --seeds)")
     args = parser.parse_args(argv)
     families = nano_families()
     if args.family not in families:
@@ -183,10 +188,14 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
         metrics[m] = {"base": result["baseline"][m], "final": result["metrics"][m],
                       "final_interval": [result["intervals"][m]["low"], result["intervals"][m]["high"]],
                       "gain": gain["value"], "gain_interval": [gain["low"], gain["high"]]}
+    after, before = result.get("per_problem") or {}, result.get("baseline_per_problem") or {}
     return {"algorithm": algorithm, "run": str(run), "wall_s": wall, "metrics": metrics,
             "learns": all(v["gain_interval"][0] > 0 for v in metrics.values()),
             "problems": result["data"]["problems"],
-            "curves": curves(run, heldout, training, tuple(training_keys(family)[1:]))}
+            "curves": curves(run, heldout, training, tuple(training_keys(family)[1:])),
+            # after - base per problem (evaluations recorded before per-problem values: None), for over_seeds
+            "differences": {m: [a - b for a, b in zip(after[m], before[m])] if m in after and m in before else None
+                            for m in heldout}}
 
 
 def base_record(model: str) -> dict[str, Any] | None:
@@ -199,21 +208,25 @@ def base_record(model: str) -> dict[str, Any] | None:
 
 def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
-    t interval over seeds (rlhf_recipes/tools/lab/stats.py) and every seed's numbers; "learns" when every gain's
-    seed interval lies above zero; the curves are the means over seeds at the steps every seed logged."""
+    interval over seeds and problems (rlhf_recipes/tools/lab/stats.py gain_over_seeds: every seed is scored on the
+    same problems) and every seed's numbers; "learns" when every gain's interval lies above zero; the curves are the
+    means over seeds at the steps every seed logged."""
     from rlhf_recipes.tools.sweep.plot import seed_band
-    from rlhf_recipes.tools.lab.stats import seed_interval
+    from rlhf_recipes.tools.lab.stats import gain_over_seeds, seed_interval
 
     def mean(values):
         return sum(values) / len(values)
 
     metrics = {}
     for m in rows[0]["metrics"]:
-        gains = seed_interval([r["metrics"][m]["gain"] for r in rows])
+        gain = gain_over_seeds([{"gain": r["metrics"][m]["gain"], "interval": r["metrics"][m]["gain_interval"],
+                                 "problems": r["problems"], "differences": (r.get("differences") or {}).get(m)}
+                                for r in rows])
         metrics[m] = {"base": mean([r["metrics"][m]["base"] for r in rows]),
-                      "final": mean([r["metrics"][m]["final"] for r in rows]), "gain": gains["mean"],
-                      "gain_interval": [gains["low"], gains["high"]], "gain_std": gains["std"],
-                      "interval": "95% t interval over training seeds"}
+                      "final": mean([r["metrics"][m]["final"] for r in rows]), "gain": gain["mean"],
+                      "gain_interval": [gain["low"], gain["high"]], "learns": gain["learns"],
+                      "gain_std": seed_interval([r["metrics"][m]["gain"] for r in rows])["std"],
+                      "interval": gain["method"]}
 
     def band(per_seed: list[list]) -> dict[str, list]:
         steps, means, low, high = seed_band(dict(enumerate(per_seed)))
@@ -226,8 +239,7 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
               "book": {k: v["mean"] for k, v in book.items()},
               "bands": {"heldout": {m: v["band"] for m, v in heldout.items()}, "training": training["band"]}}
     return {"algorithm": rows[0]["algorithm"], "seeds": len(rows), "wall_s": sum(r["wall_s"] for r in rows),
-            "metrics": metrics, "learns": all(v["gain_interval"][0] is not None and v["gain_interval"][0] > 0
-                                              for v in metrics.values()),
+            "metrics": metrics, "learns": all(v["learns"] for v in metrics.values()),
             "per_seed": [{k: r[k] for k in ("run", "wall_s", "metrics", "learns", "problems")} for r in rows],
             "problems": rows[0]["problems"], "curves": curves}
 
@@ -367,10 +379,12 @@ def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[s
 
     heldout, _ = book_metrics(family)
     seeds = max((r.get("seeds", 1) for r in rows), default=1)
-    over = f"mean of {seeds} training seeds, 95% t interval over seeds" if seeds > 1 else \
+    over = f"mean of {seeds} training seeds, 95% t interval over seeds and problems" if seeds > 1 else \
         "one training seed, 95% paired bootstrap over problems"
+    methods = sorted({v["interval"] for r in rows for v in r["metrics"].values() if v.get("interval")})
     out = Table(title=f"nano-book: held-out {', '.join(heldout)} of each {family} algorithm vs the nano SFT base "
-                      f"(gains in points for rates; {over})", caption=base_line(base))
+                      f"(gains in points for rates; {over})",
+                caption="\n".join([base_line(base), *(f"gain interval: {m}" for m in methods)]))
     out.add_column("algorithm")
     for metric in heldout:
         for column in ("base", "final", "gain [95%]"):
@@ -403,20 +417,35 @@ def main(argv: list[str] | None = None) -> int:
     from rlhf_recipes.nano import nano_model_path
 
     args = parse(sys.argv[1:] if argv is None else argv)
-    code, outcomes = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-book", record_wall)
-    if code:
-        return code
-    base = base_record(nano_model_path())  # the base's build record (built by run_jobs)
+    name = stem(args.family)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
+    if args.report:
+        folders = [job.folder for job in jobs(args)]
+        missing = [str(f) for f in folders if not (f / "eval" / "nano_book.json").exists()]
+        if missing:
+            print(f"nano-book --report: no evaluated run in {', '.join(missing)}; run nano-book without --report "
+                  "(same --out, --family, --algorithms and --seeds) to train and evaluate them", file=sys.stderr)
+            return 2
+        recorded = args.out / f"{name}.json"  # the runs were made from the base (and settings) it records
+        before = json.loads(recorded.read_text()) if recorded.exists() else {}
+        base = (before.get("base") or {}).get("build")
+        settings = {**before.get("settings", settings), "report": "redrawn from the run folders by nano-book --report"}
+    else:
+        code, outcomes = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-book", record_wall)
+        if code:
+            return code
+        folders = [o.job.folder for o in outcomes]
+        base = base_record(nano_model_path())  # the base's build record (built by run_jobs)
     rows = []
     for algorithm in args.algorithm_list:
-        runs = [o.job.folder for o in outcomes if o.job.name.split("/")[0] == algorithm]
+        runs = [f for f in folders if f.relative_to(args.out).parts[0] == algorithm]
         per_seed = [summary(algorithm, run, wall_seconds(run), json.loads((run / "eval" / "nano_book.json")
                                                                           .read_text()), args.family) for run in runs]
-        rows.append(per_seed[0] if args.seeds is None else over_seeds(per_seed))
-    name = stem(args.family)
+        rows.append(over_seeds(per_seed) if args.seeds else per_seed[0])
+    for row in rows:
+        row.pop("differences", None)  # per-problem values stay in each run's evaluation, not in the summary
     text = render_text([table(rows, args.family, base)])
     print(text, end="")
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
     document = {"what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
                 "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}
     print(wrote(write_result(document, args.out / f"{name}.json", text=text, text_path=args.out / f"{name}_table.txt",
