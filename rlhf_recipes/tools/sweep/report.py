@@ -20,7 +20,7 @@ from typing import Any
 from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.lab.document import render_text, table, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
-from rlhf_recipes.tools.lab.stats import few_seeds_warning, paired_difference, seed_interval
+from rlhf_recipes.tools.lab.stats import few_seeds_warning, gain_over_seeds, paired_difference, seed_interval
 
 STEM = "sweep"
 
@@ -43,9 +43,16 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
         result = json.loads(evaluation.read_text())
         for key, value in (result.get("metrics") or {}).items():
             record["metrics"][f"heldout/{key}"] = value
+        after, before = result.get("per_problem") or {}, result.get("baseline_per_problem") or {}
         for key, diff in (result.get("difference") or {}).items():
             if diff and diff.get("value") is not None:
                 record["metrics"][f"gain/{key}"] = diff["value"]
+                # what gain_over_seeds needs; the per-problem values are dropped from sweep.json (build)
+                record.setdefault("gains", {})[f"gain/{key}"] = {
+                    "gain": diff["value"], "interval": [diff.get("low"), diff.get("high")],
+                    "problems": (result.get("data") or {}).get("problems"),
+                    "differences": [a - b for a, b in zip(after[key], before[key])] if key in after and key in before
+                    else None}
         record["heldout_order"] = list(result.get("metrics") or {})
     return record
 
@@ -91,18 +98,27 @@ def training_metric(algorithm) -> str:
 
 
 def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
-    """Cells (ranked by the key metric's mean) with every metric's seed statistics, and every pair's difference."""
+    """Cells (ranked by the key metric's mean) with every metric's seed statistics, and every pair's difference.
+    A gain over the baseline (gain/<m>) gets the interval over seeds and problems and `learns` (its low end above 0;
+    lab/stats.py gain_over_seeds, the rule nano-book's table uses); other metrics the t interval over seeds."""
     cells: dict[str, dict[str, Any]] = {}
     for r in records:
-        cell = cells.setdefault(r["cell"], {"cell": r["cell"], "params": r["params"], "per_seed": {}})
+        cell = cells.setdefault(r["cell"], {"cell": r["cell"], "params": r["params"], "per_seed": {}, "gains": {}})
         if r["status"] == "finished":
             for name, value in r["metrics"].items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     cell["per_seed"].setdefault(name, {})[r["seed"]] = float(value)
+            for name, gain in (r.get("gains") or {}).items():
+                cell["gains"].setdefault(name, []).append(gain)
     for cell in cells.values():
-        per_seed = cell.pop("per_seed")
+        per_seed, gains = cell.pop("per_seed"), cell.pop("gains")
         cell["metrics"] = {name: {**seed_interval(list(values.values())), "per_seed": values}
                            for name, values in sorted(per_seed.items())}
+        for name, runs in gains.items():
+            if len(runs) == len(per_seed.get(name, {})):
+                over = gain_over_seeds(runs)
+                cell["metrics"][name].update(low=over["low"], high=over["high"], learns=over["learns"],
+                                             method=over["method"])
         cell["seeds_finished"] = sorted(per_seed.get(key, {})) if key else []
     sign = -1 if goal == "minimize" else 1
     ranked = sorted(cells.values(), key=lambda c: (c["metrics"].get(key, {}).get("mean") is None,
@@ -127,11 +143,13 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
         "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
                   "overrides": spec.overrides, "source": spec.source},
         "key_metric": key, "goal": goal, "training_metric": training_metric(algorithm),
-        "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); pairs: paired "
-                                   "t interval of the difference over the seeds both cells finished",
+        "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); a gain over the "
+                                   "baseline (gain/<m>): over seeds and problems, its `method` beside it; pairs: "
+                                   "paired t interval of the difference over the seeds both cells finished",
                        "seeds_per_cell": seeds, "warning": few_seeds_warning(seeds)},
         **summary,
-        "runs": records,
+        "runs": [{**r, "gains": {k: {n: v for n, v in g.items() if n != "differences"} for k, g in r["gains"].items()}}
+                 if r.get("gains") else r for r in records],
         "not_finished": [{"run": r["folder"], "status": r["status"], "log": r["log"]}
                          for r in records if r["status"] != "finished"],
     }
@@ -154,10 +172,12 @@ def tables(report: dict[str, Any]):
     key = report["key_metric"]
     # Beside a gain, the evaluated value itself (e.g. held-out exact match after training).
     heldout = [f"heldout/{key.removeprefix('gain/')}"] if key and key.startswith("gain/") else []
-    columns = ("rank", "cell", "seeds", f"{key}\nmean [95%]", "seed std", "per seed", *heldout)
+    learns = ["learns"] if heldout else []  # a gain: its interval over seeds and problems above zero
+    columns = ("rank", "cell", "seeds", f"{key}\nmean [95%]", "seed std", "per seed", *heldout, *learns)
     cells = table(f"sweep of {Path(report['sweep']['recipe']).name}"
                   f"{' --profile ' + report['sweep']['profile'] if report['sweep']['profile'] else ''}: "
-                  f"{key} ({report['goal']}), mean [95% interval over seeds]", columns,
+                  f"{key} ({report['goal']}), mean [95% interval over seeds{' and problems' if learns else ''}]",
+                  columns,
                   right=set(columns) - {"cell", "per seed"})
     signed = bool(key and key.startswith("gain/"))
     for rank, cell in enumerate(report["cells"], 1):
@@ -165,7 +185,8 @@ def tables(report: dict[str, Any]):
         per_seed = ", ".join(f"{s}: {_num(v, signed)}" for s, v in (stats.get("per_seed") or {}).items())
         cells.add_row(str(rank), cell["cell"], str(stats.get("n", 0)), _interval(stats, signed),
                       _num(stats.get("std")), per_seed or "-",
-                      *(_interval(cell["metrics"].get(m, {})) for m in heldout))
+                      *(_interval(cell["metrics"].get(m, {})) for m in heldout),
+                      *({True: "yes", False: "no"}.get(stats.get("learns"), "-") for _ in learns))
     pairs = table(f"differences in {key} between cells (paired over common seeds)",
                   ("a", "b", "a - b [95%]", "seeds", "excludes 0"), right=("a - b [95%]", "seeds", "excludes 0"))
     for p in report["pairs"]:
@@ -178,9 +199,11 @@ def tables(report: dict[str, Any]):
 def text(report: dict[str, Any]) -> str:
     cells, pairs = tables(report)
     warning = report["statistics"]["warning"]
+    key = report["key_metric"]
+    methods = sorted({c["metrics"][key]["method"] for c in report["cells"] if c["metrics"].get(key, {}).get("method")})
     unfinished = [f"not finished: {r['run']} ({r['status']}); log: {r['log']}" for r in report["not_finished"]]
-    return render_text([cells, *([pairs] if report["pairs"] else []), *([f"Note: {warning}."] if warning else []),
-                        *unfinished])
+    return render_text([cells, *([pairs] if report["pairs"] else []), *(f"{key} interval: {m}." for m in methods),
+                        *([f"Note: {warning}."] if warning else []), *unfinished])
 
 
 def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
