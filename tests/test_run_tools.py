@@ -3,6 +3,8 @@ page, driven in headless Chromium). The tiny runs are made once for the module."
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -190,8 +192,18 @@ def _logits(model, vocab: int):
 
 
 def _export(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "export", *argv], capture_output=True,
-                          text=True, cwd=ROOT)
+    """`rlhf-recipes export ARGV` through the installed command's entry point, in this process: a process of its own
+    cost ~5 CPU-s of imports per export. (test_bench_errors_finds_every_tool_mistake_clear starts export as a
+    process of its own.)"""
+    from rlhf_recipes.tools.cli import main
+
+    argv_before, err = sys.argv[:], io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(["export", *argv])
+    finally:
+        sys.argv[:] = argv_before  # the command names itself in sys.argv for argparse
+    return subprocess.CompletedProcess(["rlhf-recipes", "export", *argv], code, "", err.getvalue())
 
 
 def test_export_loads_with_plain_transformers_and_gives_the_runs_logits(runs, tmp_path):
