@@ -22,6 +22,33 @@ def test_win_rate_and_best_of_n_kl():
     assert best_of_n_kl(1) == 0.0 and best_of_n_kl(4) == pytest.approx(math.log(4) - 0.75)
 
 
+def test_the_sampled_kl_is_the_log_ratio_of_the_two_models_log_probs():
+    """lab/kl.py's sampled_kl (the pipeline's and the over-optimization study's one KL): its log-ratio sum is
+    log pi(y|x) - log ref(y|x) as completion_logprobs gives them, whatever the batch; its exact part is >= 0."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlhf_recipes.generation import completion_logprobs
+    from rlhf_recipes.tiny import tiny_model_path
+    from rlhf_recipes.tools.lab.kl import sampled_kl
+
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for w in policy.parameters():
+            w.add_(0.05 * torch.randn_like(w))
+    vocab = ref.config.vocab_size
+    prompts = [[int(t) for t in torch.randint(1, vocab, (n,))] for n in (3, 7, 5)]
+    completions = [[int(t) for t in torch.randint(1, vocab, (n,))] for n in (4, 2, 6)]
+    exact, ratio = sampled_kl(policy, ref, prompts, completions, pad_id=0, batch_size=2)
+    logp = [[total for total, _ in completion_logprobs(m, prompts, completions, 0, 3)] for m in (policy, ref)]
+    assert ratio == pytest.approx([a - b for a, b in zip(*logp)], abs=1e-4)
+    assert all(e >= 0 for e in exact) and max(exact) > 1e-3
+    assert sampled_kl(policy, ref, prompts, completions, pad_id=0, batch_size=3) == \
+        (pytest.approx(exact, abs=1e-5), pytest.approx(ratio, abs=1e-5))
+
+
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("hh")

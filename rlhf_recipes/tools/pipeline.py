@@ -32,7 +32,7 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import has_config, has_metrics, read_results, run_finished
-from rlhf_recipes.tools.lab.document import save_figure, write_result
+from rlhf_recipes.tools.lab.document import plain_table, save_figure, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -192,19 +192,13 @@ def evaluate_policies(
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
     from rewards.reward_model import reward_model_reward
-    from rlhf_recipes.generation import completion_logprobs, prompt_ids as render
+    from rlhf_recipes.generation import prompt_ids as render
     from rlhf_recipes.models import resolve_model_path
-    from rlhf_recipes.tools.lab.kl import kl_best_of_n
+    from rlhf_recipes.tools.lab.kl import kl_best_of_n, sampled_kl
     from rlhf_recipes.tools.lab.policy import load_policy
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
-    pad_id = tokenizer.pad_token_id
     prompt_ids = render(tokenizer, prompts, chat_template_kwargs)
-
-    def logprobs(model, ids):  # sum over each completion's tokens (the count is not needed here)
-        return [total for total, _ in completion_logprobs(model, prompt_ids, ids, pad_id, options.eval_batch_size,
-                                                          desc="HH log-probs")]
-
     texts = lambda ids: [tokenizer.decode(c, skip_special_tokens=True) for c in ids]  # noqa: E731
     as_messages = lambda strings: [[{"role": "assistant", "content": s}] for s in strings]  # noqa: E731
 
@@ -222,10 +216,10 @@ def evaluate_policies(
     for method, run in runs.items():
         policy = load_policy(run)
         ids = draw(policy, options.seed + 1)
-        logp = logprobs(policy, ids)
+        # the sum of log pi - log ref at the sampled tokens, at temperature 1 (the table's KL, as documented)
+        _, kl = sampled_kl(policy, reference, prompt_ids, ids, tokenizer.pad_token_id,
+                           batch_size=options.eval_batch_size)
         del policy
-        ref_logp = logprobs(reference, ids)
-        kl = [a - b for a, b in zip(logp, ref_logp)]
         tokens = sum(len(c) for c in ids)
         completion_texts = texts(ids)
         scores = rm(completions=as_messages(completion_texts), prompts=prompts)
@@ -266,18 +260,13 @@ def _samples(prompts: list[Any], completions: list[str], scores: list[float], co
 
 
 def format_table(rows: list[dict[str, Any]], header: str = "") -> str:
-    lines = [header] if header else []
-    lines.append(f"{'method':<12} {'reward (RM)':>16} {'KL to ref':>10} {'KL/token':>9} {'win-rate':>9} {'length':>7}")
-    for r in rows:
-        reward = f"{r['mean_reward']:+.4f} ± {r['reward_stderr']:.3f}" if not math.isnan(r["reward_stderr"]) else \
-            f"{r['mean_reward']:+.4f}"
-        per_token = "-" if r.get("kl_per_token") is None else f"{r['kl_per_token']:.4f}"
-        lines.append(f"{r['method']:<12} {reward:>16} {r['kl']:>10.4f} {per_token:>9} {r['win_rate']:>9.3f} "
-                     f"{r['mean_length']:>7.1f}")
-    lines.append("reward: mean RM score on held-out prompts; KL: per sequence, sum over tokens of log pi - log ref "
-                 "(y ~ pi, temperature 1); win-rate: RM prefers the method's completion to the reference's "
-                 "(ties 1/2).")
-    return "\n".join(lines)
+    cells = [[r["method"], f"{r['mean_reward']:+.4f}" + ("" if math.isnan(r["reward_stderr"]) else
+                                                          f" ± {r['reward_stderr']:.3f}"), f"{r['kl']:.4f}",
+              "-" if r.get("kl_per_token") is None else f"{r['kl_per_token']:.4f}", f"{r['win_rate']:.3f}",
+              f"{r['mean_length']:.1f}"] for r in rows]
+    return plain_table(["method", "reward (RM)", "KL to ref", "KL/token", "win-rate", "length"], cells, header) + (
+        "\nreward: mean RM score on held-out prompts; KL: per sequence, sum over tokens of log pi - log ref "
+        "(y ~ pi, temperature 1); win-rate: RM prefers the method's completion to the reference's (ties 1/2).")
 
 
 def _names(methods) -> str:
@@ -301,11 +290,9 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
     colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(
         [r["method"] for r in rows])}
     pairs = tuple(m for m in runs if m not in rm_methods)  # trained on the RM's pairs, without it
-    panels = [
-        ("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], rm_methods),
-        ("KL to the reference during training", ["kl"], rm_methods),
-        (f"{_names(pairs)} during training", ["rewards/accuracies"], pairs),
-    ]
+    panels = [("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], rm_methods),
+              ("KL to the reference during training", ["kl"], rm_methods),
+              (f"{_names(pairs)} during training", ["rewards/accuracies"], pairs)]
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
     for ax, (panel_title, metrics, methods) in zip(axes, panels):
         for method in methods:

@@ -1,7 +1,7 @@
 """Compare training runs with the RLHF book's published runs, and with each other.
 
-Entry point: `rlhf-recipes compare RUN_DIR [RUN_DIR ...] [--reference ALGORITHM]`.
-See README_SECTION.md for what the numbers mean.
+Entry point: `rlhf-recipes compare RUN_DIR [RUN_DIR ...] [--reference ALGORITHM]`; docs/tools.md says what the
+numbers mean.
 """
 
 from rlhf_recipes.tools.compare.errors import CompareError

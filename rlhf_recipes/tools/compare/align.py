@@ -32,17 +32,10 @@ import numpy as np
 import pandas as pd
 
 from rlhf_recipes.book_logs import (
-    BOOK_PG_OLD_NAMES_UNTIL,
-    BOOK_PG_REWARD_NAMES,
-    BOOK_RM_OLD_NAMES,
-    book_pg_name_generation,
+    BOOK_PG_OLD_NAMES_UNTIL, BOOK_PG_REWARD_NAMES, BOOK_RM_OLD_NAMES, book_pg_name_generation,
 )
 from rlhf_recipes.tools.compare.load import API_STEP_COLUMN, ReferenceHistory
-from rlhf_recipes.tools.compare.references import (
-    MetricMap,
-    ReferenceSpec,
-    optimizer_steps_per_rollout,
-)
+from rlhf_recipes.tools.compare.references import MetricMap, ReferenceSpec, optimizer_steps_per_rollout
 
 
 @dataclass(frozen=True)
@@ -115,11 +108,9 @@ def _pg_steps(history: ReferenceHistory, spec: ReferenceSpec, notes: list[str]) 
     book_steps = frame[API_STEP_COLUMN].to_numpy()
     cycle = infer_cycle(book_steps[is_rollout])
     if cycle is not None and cycle >= 2 and cycle != k + 1:
-        notes.append(
-            f"The reference's reward rows are {cycle} wandb steps apart, but book.md's "
-            f"{spec.prompts_per_rollout}x{spec.rollouts_per_prompt} rollouts imply {k + 1}; "
-            f"using {cycle - 1} optimizer steps per rollout, as the data says."
-        )
+        notes.append(f"The reference's reward rows are {cycle} wandb steps apart, but book.md's "
+                     f"{spec.prompts_per_rollout}x{spec.rollouts_per_prompt} rollouts imply {k + 1}; "
+                     f"using {cycle - 1} optimizer steps per rollout, as the data says.")
         k = cycle - 1
     how = f"book step s -> (s // {k + 1}) * {k} + max(s % {k + 1}, 1)  ({k} optimizer steps per rollout)"
     return book_step_to_optimizer_step(book_steps, k), how
@@ -185,13 +176,8 @@ def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedRe
         keep = ~np.isnan(values)
         # Several book rows can land on one optimizer step: average them.
         series = pd.Series(values[keep] * mm.scale, index=our_steps[keep]).groupby(level=0).mean()
-        metrics[mm.ours] = AlignedMetric(
-            ours=mm.ours,
-            book=book_name,
-            steps=series.index.to_numpy(dtype=float),
-            values=series.to_numpy(dtype=float),
-            spec=mm,
-        )
+        metrics[mm.ours] = AlignedMetric(ours=mm.ours, book=book_name, steps=series.index.to_numpy(dtype=float),
+                                         values=series.to_numpy(dtype=float), spec=mm)
     return AlignedReference(metrics=metrics, x_mapping=how, notes=notes + _unprefixed_names_note(metrics, spec))
 
 
@@ -204,10 +190,8 @@ def resolve_run_metric(columns: list[str], mm: MetricMap) -> tuple[str | None, s
         if len(matches) == 1:
             return matches[0], f"{mm.book[0]}: used {matches[0]} (no {mm.ours} in the run)"
         if len(matches) > 1:
-            return None, (
-                f"{mm.book[0]}: several candidates ({', '.join(matches)}); set the name in "
-                "REWARD_FUNCTION_NAMES in rlhf_recipes/book_logs.py"
-            )
+            return None, (f"{mm.book[0]}: several candidates ({', '.join(matches)}); set the name in "
+                          "REWARD_FUNCTION_NAMES in rlhf_recipes/book_logs.py")
     return None, None
 
 

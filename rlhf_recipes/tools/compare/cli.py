@@ -23,46 +23,22 @@ from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (--output_dir of run.py)")
-    parser.add_argument(
-        "--reference",
-        metavar="ALGORITHM",
-        help="compare with the book's run of this algorithm (published: "
-        + ", ".join(published_algorithms())
-        + "), or `nano`: with this project's recorded nano run of the run's algorithm (reference_runs/nano/)",
-    )
-    parser.add_argument(
-        "--reference-csv",
-        nargs="+",
-        type=Path,
-        metavar="PATH",
-        help="reference history exported from wandb (chart CSVs or an API history CSV) "
-        "instead of fetching; the algorithm is --reference or the run's own",
-    )
-    parser.add_argument(
-        "--reference-run",
-        metavar="NAME",
-        help="run name to read from a chart CSV that holds several runs",
-    )
+    parser.add_argument("--reference", metavar="ALGORITHM", help="compare with the book's run of this algorithm "
+                        f"(published: {', '.join(published_algorithms())}), or `nano`: with this project's recorded "
+                        "nano run of the run's algorithm (reference_runs/nano/)")
+    parser.add_argument("--reference-csv", nargs="+", type=Path, metavar="PATH",
+                        help="reference history exported from wandb (chart CSVs or an API history CSV) instead of "
+                        "fetching; the algorithm is --reference or the run's own")
+    parser.add_argument("--reference-run", metavar="NAME",
+                        help="run name to read from a chart CSV that holds several runs")
     parser.add_argument("--out", type=Path, help="output folder (default: <first run>/compare/)")
-    parser.add_argument(
-        "--metrics",
-        nargs="+",
-        metavar="NAME",
-        help="metrics to show, our or the book's names; globs allowed (rewards/*/mean)",
-    )
-    parser.add_argument(
-        "--offline", action="store_true", help="never contact wandb; use the cache or CSVs"
-    )
-    parser.add_argument(
-        "--window",
-        type=float,
-        default=WINDOW_FRACTION,
-        help="final fraction of steps the table averages (default: %(default)s)",
-    )
+    parser.add_argument("--metrics", nargs="+", metavar="NAME",
+                        help="metrics to show, our or the book's names; globs allowed (rewards/*/mean)")
+    parser.add_argument("--offline", action="store_true", help="never contact wandb; use the cache or CSVs")
+    parser.add_argument("--window", type=float, default=WINDOW_FRACTION,
+                        help="final fraction of steps the table averages (default: %(default)s)")
     return parser
 
 
@@ -75,20 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.reference == NANO_REFERENCE:
             report = compare_with_nano_runs(args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window)
         elif args.reference or args.reference_csv:
-            report = compare_with_reference(
-                args.runs,
-                reference=args.reference,
-                reference_csvs=args.reference_csv,
-                reference_run=args.reference_run,
-                out_dir=args.out,
-                metrics=args.metrics,
-                offline=args.offline,
-                fraction=args.window,
-            )
+            report = compare_with_reference(args.runs, reference=args.reference, reference_csvs=args.reference_csv,
+                                            reference_run=args.reference_run, out_dir=args.out, metrics=args.metrics,
+                                            offline=args.offline, fraction=args.window)
         else:
-            report = compare_local_runs(
-                args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window
-            )
+            report = compare_local_runs(args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window)
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -123,20 +123,12 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS_FILE
     if not metrics.exists():
-        raise CompareError(
-            f"{run_dir} is not a run folder: {METRICS_FILE} is missing there. Pass the "
-            f"--output_dir of `recipes/run.py` (the folder holding {METRICS_FILE})."
-        )
+        raise CompareError(f"{run_dir} is not a run folder: {METRICS_FILE} is missing there. Pass the "
+                           f"--output_dir of `recipes/run.py` (the folder holding {METRICS_FILE}).")
     final_results = read_results(run_dir) or {}
-    return LocalRun(
-        path=run_dir,
-        label=label or run_dir.name,
-        algorithm=run_algorithm(run_dir),
-        history=read_metrics_jsonl(metrics),
-        final_results=final_results,
-        heldout=read_heldout(run_dir),
-        profile=run_profile(run_dir),
-    )
+    return LocalRun(path=run_dir, label=label or run_dir.name, algorithm=run_algorithm(run_dir),
+                    history=read_metrics_jsonl(metrics), final_results=final_results, heldout=read_heldout(run_dir),
+                    profile=run_profile(run_dir))
 
 
 def read_heldout(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -201,18 +193,12 @@ def read_ui_export_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
     if run_name is not None:
         parsed = {c: rm for c, rm in parsed.items() if rm[0] == run_name}
         if not parsed:
-            raise CompareError(
-                f"{path} has no run named {run_name!r}; it has: {', '.join(runs) or 'none'}."
-            )
+            raise CompareError(f"{path} has no run named {run_name!r}; it has: {', '.join(runs) or 'none'}.")
     elif len(runs) > 1:
-        raise CompareError(
-            f"{path} holds several runs ({', '.join(runs)}). Pick the reference with "
-            "--reference-run NAME, or export the chart with only the book's run visible."
-        )
+        raise CompareError(f"{path} holds several runs ({', '.join(runs)}). Pick the reference with "
+                           "--reference-run NAME, or export the chart with only the book's run visible.")
     if not parsed:
-        raise CompareError(
-            f"{path} has no '<run name> - <metric>' columns; is it a wandb chart export?"
-        )
+        raise CompareError(f"{path} has no '<run name> - <metric>' columns; is it a wandb chart export?")
     out = frame[[UI_STEP_COLUMN, *parsed]].rename(
         columns={UI_STEP_COLUMN: API_STEP_COLUMN, **{c: m for c, (_, m) in parsed.items()}}
     )
@@ -231,11 +217,9 @@ def read_reference_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
         return read_api_history_csv(path)
     if UI_STEP_COLUMN in header:
         return read_ui_export_csv(path, run_name)
-    raise CompareError(
-        f"{path} has neither a '{UI_STEP_COLUMN}' column (a wandb chart export with the "
-        f"default x-axis) nor '{API_STEP_COLUMN}' (an API history). Its columns: "
-        f"{', '.join(header[:8])}. Re-export the chart with X axis = Step."
-    )
+    raise CompareError(f"{path} has neither a '{UI_STEP_COLUMN}' column (a wandb chart export with the "
+                       f"default x-axis) nor '{API_STEP_COLUMN}' (an API history). Its columns: "
+                       f"{', '.join(header[:8])}. Re-export the chart with X axis = Step.")
 
 
 def load_reference_csvs(paths: list[Path], run_name: str | None = None) -> ReferenceHistory:
@@ -246,8 +230,5 @@ def load_reference_csvs(paths: list[Path], run_name: str | None = None) -> Refer
     # first() skips NaN per column, so charts exported separately merge row by row.
     merged = merged.groupby(API_STEP_COLUMN, as_index=False).first()
     merged = merged.sort_values(API_STEP_COLUMN).reset_index(drop=True)
-    return ReferenceHistory(
-        frame=merged,
-        source=", ".join(str(p) for p in paths),
-        complete=_is_complete(merged[API_STEP_COLUMN]),
-    )
+    return ReferenceHistory(frame=merged, source=", ".join(str(p) for p in paths),
+                            complete=_is_complete(merged[API_STEP_COLUMN]))

@@ -17,14 +17,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.book_logs import REWARD_FUNCTION_NAMES, WANDB_PROJECT, MetricMap, RowKind
+from rlhf_recipes.book_logs import WANDB_PROJECT, MetricMap
 from rlhf_recipes.book_reference import book_reference
 from rlhf_recipes.registry import ALGORITHMS, canonical_name, family_named
 
-__all__ = [
-    "REWARD_FUNCTION_NAMES", "WANDB_PROJECT", "MetricMap", "RowKind", "ReferenceSpec", "SPECS", "lookup",
-    "canonical_algorithm", "published_algorithms", "optimizer_steps_per_rollout",
-]
+__all__ = ["MetricMap", "ReferenceSpec", "SPECS", "lookup", "published_algorithms", "optimizer_steps_per_rollout"]
 
 
 @dataclass(frozen=True)
@@ -72,28 +69,15 @@ def _spec(entry) -> ReferenceSpec:
     """A registry entry as compare sees it: the first of its book runs."""
     book = book_reference(entry.name)
     shape = book.shape
-    return ReferenceSpec(
-        entry.name,
-        entry.family,
-        book.runs[0] if book.runs else None,
-        prompts_per_rollout=shape.prompts_per_rollout,
-        rollouts_per_prompt=shape.rollouts_per_prompt,
-        accumulation_steps=shape.accumulation_steps,
-        beta=shape.beta,
-        metrics=book.metrics,
-        run_setup=book.run_setup,
-    )
+    return ReferenceSpec(entry.name, entry.family, book.runs[0] if book.runs else None, shape.prompts_per_rollout,
+                         shape.rollouts_per_prompt, shape.accumulation_steps, shape.beta, book.metrics, book.run_setup)
 
 
 SPECS: dict[str, ReferenceSpec] = {entry.name: _spec(entry) for entry in ALGORITHMS.values()}
 
 
-def canonical_algorithm(name: str) -> str:
-    return canonical_name(name)
-
-
 def lookup(name: str) -> ReferenceSpec | None:
-    return SPECS.get(canonical_algorithm(name))
+    return SPECS.get(canonical_name(name))
 
 
 def published_algorithms() -> list[str]:

@@ -14,27 +14,15 @@ from typing import Any
 
 from rlhf_recipes.tools.compare import plot, wandb_source
 from rlhf_recipes.tools.compare.align import (
-    AlignedReference,
-    align_reference,
-    expand_metric_patterns,
-    resolve_run_metric,
+    AlignedReference, align_reference, expand_metric_patterns, resolve_run_metric,
 )
 from rlhf_recipes.tools.compare.errors import CompareError
 from rlhf_recipes.tools.compare.load import NANO_PROFILE, LocalRun, ReferenceHistory, load_reference_csvs, load_runs
 from rlhf_recipes.registry import FAMILIES, family_named
-from rlhf_recipes.tools.compare.references import (
-    SPECS,
-    ReferenceSpec,
-    lookup,
-    published_algorithms,
-)
+from rlhf_recipes.tools.compare.references import SPECS, ReferenceSpec, lookup, published_algorithms
 from rlhf_recipes.tools.compare.table import fmt, local_table, reference_table
 from rlhf_recipes.tools.compare.verdict import (
-    BAND_SIGMAS,
-    WINDOW_FRACTION,
-    Comparison,
-    compare_to_reference,
-    final_mean,
+    BAND_SIGMAS, WINDOW_FRACTION, Comparison, compare_to_reference, final_mean,
 )
 from rlhf_recipes.tools.lab.document import plain_table, write_result
 
@@ -62,28 +50,20 @@ class CompareReport:
 def _reference_spec(runs: list[LocalRun], reference: str | None) -> ReferenceSpec:
     name = reference or runs[0].algorithm
     if name is None:
-        raise CompareError(
-            f"Cannot tell which algorithm {runs[0].path} trained (no 'algorithm' in its "
-            "final_results.json or config.yaml). Pass --reference ALGORITHM."
-        )
+        raise CompareError(f"Cannot tell which algorithm {runs[0].path} trained (no 'algorithm' in its "
+                           "final_results.json or config.yaml). Pass --reference ALGORITHM.")
     spec = lookup(name)
     if spec is None:
-        raise CompareError(
-            f"The book has no algorithm named {name!r}. Known: {', '.join(sorted(SPECS))}."
-        )
+        raise CompareError(f"The book has no algorithm named {name!r}. Known: {', '.join(sorted(SPECS))}.")
     return spec
 
 
-def _cached_or_fetched(
-    spec: ReferenceSpec, run_arg: str, offline: bool, cache_dir: Path
-) -> ReferenceHistory:
+def _cached_or_fetched(spec: ReferenceSpec, run_arg: str, offline: bool, cache_dir: Path) -> ReferenceHistory:
     if spec.run_id is None:
-        raise CompareError(
-            f"The book publishes no wandb run for {spec.algorithm} (book.md lists runs for "
-            f"{', '.join(published_algorithms())}). To compare with a run of the book's code "
-            f"that you made, export its history as CSV and pass --reference-csv PATH "
-            f"--reference {spec.algorithm}."
-        )
+        raise CompareError(f"The book publishes no wandb run for {spec.algorithm} (book.md lists runs for "
+                           f"{', '.join(published_algorithms())}). To compare with a run of the book's code "
+                           f"that you made, export its history as CSV and pass --reference-csv PATH "
+                           f"--reference {spec.algorithm}.")
     path = wandb_source.cache_path(spec, cache_dir)
     if path.exists():
         history = load_reference_csvs([path])
@@ -96,19 +76,15 @@ def _cached_or_fetched(
         raise CompareError(f"{path} is not cached and --offline forbids fetching it.\n{help_text}")
     ok, reason = wandb_source.network_available()
     if not ok:
-        raise CompareError(
-            f"No reference data for {spec.algorithm}: {path} is not cached, and the wandb "
-            f"API is not reachable from here ({reason}).\n{help_text}"
-        )
+        raise CompareError(f"No reference data for {spec.algorithm}: {path} is not cached, and the wandb "
+                           f"API is not reachable from here ({reason}).\n{help_text}")
     try:
         wandb_source.fetch_and_cache(spec, cache_dir)
     except CompareError:
         raise
     except Exception as exc:  # auth, HTTP, missing run: report it with the fallback steps
-        raise CompareError(
-            f"Fetching wandb run {spec.wandb_path} failed: {exc.__class__.__name__}: {exc}\n"
-            f"{help_text}"
-        ) from exc
+        raise CompareError(f"Fetching wandb run {spec.wandb_path} failed: {exc.__class__.__name__}: {exc}\n"
+                           f"{help_text}") from exc
     history = load_reference_csvs([path])
     history.source = f"{path} (fetched now from wandb {spec.wandb_path})"
     return history
@@ -120,11 +96,9 @@ def _check_families(runs: list[LocalRun], spec: ReferenceSpec, notes: list[str])
         if run_spec is None:
             notes.append(f"{run.label}: algorithm {run.algorithm!r} unknown; compared as {spec.family}.")
         elif run_spec.family != spec.family:
-            raise CompareError(
-                f"{run.label} is a {run_spec.family} run ({run.algorithm}) but the reference "
-                f"{spec.algorithm} is {spec.family}: their metrics do not correspond. Pick a "
-                "reference of the same family with --reference."
-            )
+            raise CompareError(f"{run.label} is a {run_spec.family} run ({run.algorithm}) but the reference "
+                               f"{spec.algorithm} is {spec.family}: their metrics do not correspond. Pick a "
+                               "reference of the same family with --reference.")
 
 
 # --- comparing ----------------------------------------------------------------------------
@@ -134,13 +108,8 @@ def _wanted(patterns: list[str] | None, *names: str) -> bool:
     return patterns is None or any(fnmatch.fnmatch(n, p) for p in patterns for n in names)
 
 
-def _compare_metric(
-    metric_name: str,
-    aligned: AlignedReference,
-    runs: list[LocalRun],
-    fraction: float,
-    notes: list[str],
-) -> tuple[list[Comparison], plot.Panel | None]:
+def _compare_metric(metric_name: str, aligned: AlignedReference, runs: list[LocalRun], fraction: float,
+                    notes: list[str]) -> tuple[list[Comparison], plot.Panel | None]:
     am = aligned.metrics[metric_name]
     # One legend entry for the reference across panels; each panel's title names the book key.
     ref_line = plot.Line("book's run", am.steps, am.values, reference=True)
@@ -162,17 +131,10 @@ def _compare_metric(
     return comparisons, (panel if comparisons else None)
 
 
-def compare_with_reference(
-    run_dirs: list[Path],
-    reference: str | None = None,
-    reference_csvs: list[Path] | None = None,
-    reference_run: str | None = None,
-    out_dir: Path | None = None,
-    metrics: list[str] | None = None,
-    offline: bool = False,
-    fraction: float = WINDOW_FRACTION,
-    cache_dir: Path = wandb_source.REFERENCE_DIR,
-) -> CompareReport:
+def compare_with_reference(run_dirs: list[Path], reference: str | None = None, reference_csvs: list[Path] | None = None,
+                           reference_run: str | None = None, out_dir: Path | None = None,
+                           metrics: list[str] | None = None, offline: bool = False, fraction: float = WINDOW_FRACTION,
+                           cache_dir: Path = wandb_source.REFERENCE_DIR) -> CompareReport:
     runs = load_runs(run_dirs)
     spec = _reference_spec(runs, reference)
     notes: list[str] = [f"{run.path} is a --profile nano run (a 0.7M model on a CPU): the book's run is Qwen3-1.7B "
@@ -225,13 +187,11 @@ def compare_with_reference(
 
 def _nothing_in_common(runs: list[LocalRun], aligned: AlignedReference, metrics: list[str] | None) -> str:
     ours = sorted({c for r in runs for c in r.history.columns})
-    return (
-        "No metric to compare. The reference provides (in our names): "
-        f"{', '.join(aligned.metrics) or 'nothing'}; your run(s) log: {', '.join(ours)}"
-        + (f"; --metrics asked for: {', '.join(metrics)}" if metrics else "")
-        + ". If a reward function is named differently, fix REWARD_FUNCTION_NAMES in "
-        "rlhf_recipes/book_logs.py."
-    )
+    return ("No metric to compare. The reference provides (in our names): "
+            f"{', '.join(aligned.metrics) or 'nothing'}; your run(s) log: {', '.join(ours)}"
+            + (f"; --metrics asked for: {', '.join(metrics)}" if metrics else "")
+            + ". If a reward function is named differently, fix REWARD_FUNCTION_NAMES in "
+            "rlhf_recipes/book_logs.py.")
 
 
 def _local_patterns(runs: list[LocalRun]) -> list[str]:
@@ -273,24 +233,17 @@ def heldout_summary(runs: list[LocalRun]) -> dict[str, Any]:
                       for name, res in r.heldout.items()} for r in runs if r.heldout}
 
 
-def compare_local_runs(
-    run_dirs: list[Path],
-    out_dir: Path | None = None,
-    metrics: list[str] | None = None,
-    fraction: float = WINDOW_FRACTION,
-    labels: list[str | None] | None = None,
-    notes: list[str] | None = None,
-) -> CompareReport:
+def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metrics: list[str] | None = None,
+                       fraction: float = WINDOW_FRACTION, labels: list[str | None] | None = None,
+                       notes: list[str] | None = None) -> CompareReport:
     runs = load_runs(run_dirs, labels)
     columns: list[str] = []
     for run in runs:
         columns.extend(c for c in run.history.columns if c not in columns)
     selected = expand_metric_patterns(metrics or _local_patterns(runs), columns)
     if not selected:
-        raise CompareError(
-            f"None of the metrics {', '.join(metrics or _local_patterns(runs))} is logged by "
-            f"these runs; they log: {', '.join(columns)}. Choose with --metrics."
-        )
+        raise CompareError(f"None of the metrics {', '.join(metrics or _local_patterns(runs))} is logged by "
+                           f"these runs; they log: {', '.join(columns)}. Choose with --metrics.")
 
     panels, means = [], {}
     for metric in selected:

@@ -62,9 +62,7 @@ def shared_window(
     return end - fraction * (end - start), end
 
 
-def window_values(
-    steps: np.ndarray, values: np.ndarray, window: tuple[float, float], min_points: int
-) -> np.ndarray:
+def window_values(steps: np.ndarray, values: np.ndarray, window: tuple[float, float], min_points: int) -> np.ndarray:
     """Values inside the window in step order, widened back to `min_points` if needed."""
     order = np.argsort(steps, kind="stable")
     steps, values = np.asarray(steps)[order], np.asarray(values)[order]
@@ -86,30 +84,14 @@ def noise_sigma(values: np.ndarray) -> float:
 
 def _no_verdict(metric: str, run: str, reason: str, **known: float) -> Comparison:
     nan = float("nan")
-    return Comparison(
-        metric=metric,
-        run=run,
-        yours=known.get("yours", nan),
-        reference=known.get("reference", nan),
-        diff=known.get("diff", nan),
-        sigma=nan,
-        band=nan,
-        within=None,
-        verdict=f"n/a: {reason}",
-        window=None,
-        n_yours=0,
-        n_reference=0,
-    )
+    return Comparison(metric=metric, run=run, yours=known.get("yours", nan), reference=known.get("reference", nan),
+                      diff=known.get("diff", nan), sigma=nan, band=nan, within=None, verdict=f"n/a: {reason}",
+                      window=None, n_yours=0, n_reference=0)
 
 
-def compare_to_reference(
-    metric: str,
-    run: str,
-    yours: tuple[np.ndarray, np.ndarray],
-    reference: tuple[np.ndarray, np.ndarray],
-    fraction: float = WINDOW_FRACTION,
-    band_sigmas: float = BAND_SIGMAS,
-) -> Comparison:
+def compare_to_reference(metric: str, run: str, yours: tuple[np.ndarray, np.ndarray],
+                         reference: tuple[np.ndarray, np.ndarray], fraction: float = WINDOW_FRACTION,
+                         band_sigmas: float = BAND_SIGMAS) -> Comparison:
     """Means of both over the shared final window, their difference, and the verdict."""
     window = shared_window(yours[0], reference[0], fraction)
     if window is None:
@@ -120,36 +102,17 @@ def compare_to_reference(
     diff = mean_mine - mean_ref
     sigma = noise_sigma(ref)
     if math.isnan(sigma):
-        return _no_verdict(
-            metric,
-            run,
-            f"only {len(ref)} reference point(s) by step {window[1]:g}",
-            yours=mean_mine,
-            reference=mean_ref,
-            diff=diff,
-        )
+        return _no_verdict(metric, run, f"only {len(ref)} reference point(s) by step {window[1]:g}", yours=mean_mine,
+                           reference=mean_ref, diff=diff)
     band = band_sigmas * sigma
     # The tiny tolerance keeps an exact copy of a flat reference (sigma 0) "within".
     within = abs(diff) <= band + 1e-12 * max(1.0, abs(mean_ref))
-    return Comparison(
-        metric=metric,
-        run=run,
-        yours=mean_mine,
-        reference=mean_ref,
-        diff=diff,
-        sigma=sigma,
-        band=band,
-        within=within,
-        verdict=WITHIN if within else OUTSIDE,
-        window=window,
-        n_yours=len(mine),
-        n_reference=len(ref),
-    )
+    return Comparison(metric=metric, run=run, yours=mean_mine, reference=mean_ref, diff=diff, sigma=sigma, band=band,
+                      within=within, verdict=WITHIN if within else OUTSIDE, window=window, n_yours=len(mine),
+                      n_reference=len(ref))
 
 
-def final_mean(
-    steps: np.ndarray, values: np.ndarray, fraction: float = WINDOW_FRACTION
-) -> tuple[float, int]:
+def final_mean(steps: np.ndarray, values: np.ndarray, fraction: float = WINDOW_FRACTION) -> tuple[float, int]:
     """A run's mean over the last `fraction` of its own logged step range (local comparisons)."""
     if len(steps) == 0:
         return float("nan"), 0

@@ -59,10 +59,8 @@ def network_available(timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
 
 def _history_frame(rows: list[dict]) -> pd.DataFrame:
     """Scalar columns of scan_history rows; tables and media (dict values) are dropped."""
-    scalar_rows = [
-        {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        for row in rows
-    ]
+    scalar_rows = [{k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                   for row in rows]
     frame = pd.DataFrame.from_records(scalar_rows)
     if "_step" not in frame.columns:
         raise CompareError("The wandb API returned a history without _step; cannot align it.")
@@ -93,11 +91,8 @@ def _write_atomically(frame: pd.DataFrame, path: Path) -> None:
             os.remove(tmp)
 
 
-def fetch_and_cache(
-    spec: ReferenceSpec,
-    directory: Path = REFERENCE_DIR,
-    fetch: Callable[[str], pd.DataFrame] | None = None,
-) -> Path:
+def fetch_and_cache(spec: ReferenceSpec, directory: Path = REFERENCE_DIR,
+                    fetch: Callable[[str], pd.DataFrame] | None = None) -> Path:
     """Download the run's history once and store it; returns the cached CSV's path."""
     assert spec.wandb_path is not None
     frame = (fetch or fetch_history)(spec.wandb_path)
@@ -120,17 +115,14 @@ def export_instructions(spec: ReferenceSpec, run_arg: str, book_metrics: list[tu
     csv_args = " ".join(f"{names[0].replace('/', '_')}.csv" for names in book_metrics[:2]) + " ..."
     charts = ", ".join(" or ".join(names) for names in book_metrics)
     cached = cache_path(spec).relative_to(REPO_ROOT)
-    return "\n".join([
-        f"To get the book's {spec.algorithm} run (wandb {spec.wandb_path}), do one of:",
-        "  1. On a machine that reaches wandb, run this same command once: it fetches the run",
-        f"     and caches it as {cached}. Copy that file into this checkout's",
-        "     reference_runs/ folder. (wandb.Api() may ask for an API key: `wandb login` with",
-        "     any free account reads public projects.)",
-        "  2. Or export the charts from the run's wandb page:",
-        f"       {spec.wandb_url}",
-        f"     For each chart you want ({charts}):",
-        "     open the chart's '...' menu > Export / Download data > CSV, with the x-axis left",
-        "     on 'Step'. Then pass the files (several CSVs of one run are merged):",
-        f"       rlhf-recipes compare {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",
-        "     An API history saved with run.history().to_csv(...) works as well.",
-    ])
+    return "\n".join([f"To get the book's {spec.algorithm} run (wandb {spec.wandb_path}), do one of:",
+                      "  1. On a machine that reaches wandb, run this same command once: it fetches the run",
+                      f"     and caches it as {cached}. Copy that file into this checkout's",
+                      "     reference_runs/ folder. (wandb.Api() may ask for an API key: `wandb login` with",
+                      "     any free account reads public projects.)",
+                      "  2. Or export the charts from the run's wandb page:", f"       {spec.wandb_url}",
+                      f"     For each chart you want ({charts}):",
+                      "     open the chart's '...' menu > Export / Download data > CSV, with the x-axis left",
+                      "     on 'Step'. Then pass the files (several CSVs of one run are merged):",
+                      f"       rlhf-recipes compare {run_arg} --reference {spec.algorithm} --reference-csv {csv_args}",
+                      "     An API history saved with run.history().to_csv(...) works as well."])

@@ -7,7 +7,8 @@
                            for best-of-n from the base's distribution);
   sequence_kl(...)         a sampled estimate of KL(pi || pi_ref) per completion from both models' log-probs on
                            completions sampled from pi: the sum over the completion's tokens of the exact
-                           next-token KL, and the plain sum of log pi/pi_ref at the sampled tokens.
+                           next-token KL, and the plain sum of log pi/pi_ref at the sampled tokens;
+  sampled_kl(...)          sequence_kl from the two models themselves, on token ids of prompts and completions.
 """
 
 from __future__ import annotations
@@ -52,3 +53,29 @@ def sequence_kl(policy_logp, ref_logp, ids, mask) -> tuple[list[float], list[flo
     exact = (policy_logp.exp() * (policy_logp - ref_logp)).sum(-1)
     picked = (policy_logp - ref_logp).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     return (exact * mask).sum(-1).tolist(), (picked * mask).sum(-1).tolist()
+
+
+def sampled_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
+               temperature: float = 1.0, batch_size: int = 64) -> tuple[list[float], list[float]]:
+    """sequence_kl of each (prompt, completion sampled from `policy`) pair, both models' next-token distributions at
+    `temperature` with no top-k / top-p cut (a cut would make the KL infinite wherever the two cuts differ)."""
+    import torch
+
+    from rlhf_recipes.generation import _right_padded
+
+    exact: list[float] = []
+    ratio: list[float] = []
+    for start in range(0, len(prompt_ids), batch_size):
+        chunk = list(zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]))
+        ids, mask = _right_padded([p + c for p, c in chunk], pad_id)
+        with torch.no_grad():  # both on the policy's device
+            logp = [torch.log_softmax(m(input_ids=ids.to(m.device), attention_mask=mask.to(m.device))
+                                      .logits[:, :-1].float().to(policy.device) / temperature, -1)
+                    for m in (policy, ref)]
+        completion = torch.zeros_like(mask[:, 1:])  # 1 where position t predicts a completion token
+        for i, (p, c) in enumerate(chunk):
+            completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
+        e, r = sequence_kl(logp[0], logp[1], ids[:, 1:].to(policy.device), completion.to(policy.device))
+        exact += e
+        ratio += r
+    return exact, ratio

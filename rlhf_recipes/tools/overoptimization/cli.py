@@ -109,9 +109,7 @@ def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[
 
 
 def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict], wall_s: float) -> dict[str, Any]:
-    from rlhf_recipes.tools.overoptimization.rows import (
-        best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn,
-    )
+    from rlhf_recipes.tools.overoptimization.rows import (best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn)
 
     walls = json.loads((out / "walls.json").read_text()) if (out / "walls.json").exists() else {}
     proxies = [p for p in profile.proxies if p.name in base["proxy"]]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.checkpoints import read_manifest
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import read_results
 
 
@@ -70,38 +71,18 @@ def proxy(path: str, rows, groups) -> list[list[float]]:
     reward = reward_model_reward(path, batch_size=64, device="cpu", dtype="float32")
     prompts = [list(r["prompt"]) for r, group in zip(rows, groups) for _ in group]
     completions = [[{"role": "assistant", "content": c["text"]}] for group in groups for c in group]
-    flat, out, i = reward(completions, prompts=prompts), [], 0
-    for group in groups:
-        out.append(flat[i:i + len(group)])
-        i += len(group)
-    return out
+    return _regroup(reward(completions, prompts=prompts), groups)
 
 
-def kl(policy, base, tokenizer, rows, groups, kwargs, temperature: float,
-       batch_size: int = 64) -> tuple[list[list[float]], list[list[float]]]:
-    """Per sample: (sum of exact token KLs, sum of log-ratios) of KL(policy || base), both models' next-token
-    distributions at the sampling temperature without the top-k / top-p cut (which would make the KL infinite
-    wherever the two models' cuts differ), along the policy's own samples (lab/kl.py's sequence_kl)."""
-    import torch
-
-    from rlhf_recipes.generation import _right_padded, prompt_ids
-    from rlhf_recipes.tools.lab.kl import sequence_kl
+def kl(policy, base, tokenizer, rows, groups, kwargs, temperature: float) -> tuple[list, list]:
+    """Per sample: (sum of exact token KLs, sum of log-ratios) of KL(policy || base) at the sampling temperature
+    without the cut, along the policy's own samples (lab/kl.py's sampled_kl)."""
+    from rlhf_recipes.generation import prompt_ids
+    from rlhf_recipes.tools.lab.kl import sampled_kl
 
     prompts = prompt_ids(tokenizer, [list(r["prompt"]) for r in rows], kwargs)
-    pairs = [(p, c["ids"]) for p, group in zip(prompts, groups) for c in group]
-    exact, ratio = [], []
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
-        ids, mask = _right_padded([p + c for p, c in chunk], tokenizer.pad_token_id)
-        with torch.no_grad():
-            logp = [torch.log_softmax(m(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature, -1)
-                    for m in (policy, base)]
-        completion = torch.zeros_like(mask[:, 1:])  # 1 where position t predicts a completion token
-        for i, (p, c) in enumerate(chunk):
-            completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
-        e, r = sequence_kl(logp[0], logp[1], ids[:, 1:], completion)
-        exact += e
-        ratio += r
+    exact, ratio = sampled_kl(policy, base, [p for p, group in zip(prompts, groups) for _ in group],
+                              [c["ids"] for group in groups for c in group], tokenizer.pad_token_id, temperature)
     return _regroup(exact, groups), _regroup(ratio, groups)
 
 
@@ -115,9 +96,7 @@ def _regroup(flat: list[float], groups) -> list[list[float]]:
 
 def _write(path: Path, value: dict[str, Any]) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value), encoding="utf-8")
-    tmp.replace(path)  # whole or absent: an interrupted measurement is measured again
+    atomic_write_text(path, json.dumps(value))  # whole or absent: an interrupted measurement is measured again
     return value
 
 

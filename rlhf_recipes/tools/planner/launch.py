@@ -55,15 +55,12 @@ def read_launch(path: str | None) -> Launch:
     ds = data.get("deepspeed_config") or {}
     if distributed == "DEEPSPEED" and ds.get("deepspeed_config_file"):
         ds = _from_deepspeed_json(path, ds["deepspeed_config_file"])
-    return Launch(
-        source=str(path),
-        processes=int(data.get("num_processes", 1) or 1),
-        distributed="MULTI_GPU" if distributed == "MULTI_CPU" else distributed,
-        zero_stage=int(ds.get("zero_stage", 0) or 0) if distributed == "DEEPSPEED" else 0,
-        offload_optimizer=str(ds.get("offload_optimizer_device", "none")).lower() not in ("none", "null", ""),
-        offload_params=str(ds.get("offload_param_device", "none")).lower() not in ("none", "null", ""),
-        mixed_precision=str(data.get("mixed_precision", "no")),
-    )
+    return Launch(source=str(path), processes=int(data.get("num_processes", 1) or 1),
+                  distributed="MULTI_GPU" if distributed == "MULTI_CPU" else distributed,
+                  zero_stage=int(ds.get("zero_stage", 0) or 0) if distributed == "DEEPSPEED" else 0,
+                  offload_optimizer=str(ds.get("offload_optimizer_device", "none")).lower() not in ("none", "null", ""),
+                  offload_params=str(ds.get("offload_param_device", "none")).lower() not in ("none", "null", ""),
+                  mixed_precision=str(data.get("mixed_precision", "no")))
 
 
 def read_accelerate_config(path: str) -> dict:

@@ -116,34 +116,21 @@ def shape_from_config(config: dict[str, Any], name: str = "", source: str = "") 
     """A ModelShape from a config.json mapping."""
     model_type = config.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise ShapeError(
-            f"{name or 'model'}: model_type {model_type!r} is not modelled by the planner "
-            f"(supported: {', '.join(sorted(ARCHITECTURES))})"
-        )
+        raise ShapeError(f"{name or 'model'}: model_type {model_type!r} is not modelled by the planner "
+                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
     hidden_act = config.get("hidden_act", "silu")
     if hidden_act not in ("silu", "swiglu"):
         raise ShapeError(f"{name}: hidden_act {hidden_act!r}: the planner models SwiGLU MLPs only")
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     qk_norm, norm = ARCHITECTURES[model_type]
-    return ModelShape(
-        name=name or config.get("_name_or_path", ""),
-        model_type=model_type,
-        hidden=hidden,
-        intermediate=int(config["intermediate_size"]),
-        layers=int(config["num_hidden_layers"]),
-        heads=heads,
-        kv_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or hidden // heads),
-        vocab=int(config["vocab_size"]),
-        tied=bool(config.get("tie_word_embeddings", False)),
-        qk_norm=qk_norm,
-        norm=norm,
-        attention_bias=bool(config.get("attention_bias", False)),
-        config_dtype=config.get("torch_dtype") or config.get("dtype"),
-        source=source,
-        raw=dict(config),
-    )
+    return ModelShape(name=name or config.get("_name_or_path", ""), model_type=model_type, hidden=hidden,
+                      intermediate=int(config["intermediate_size"]), layers=int(config["num_hidden_layers"]),
+                      heads=heads, kv_heads=int(config.get("num_key_value_heads") or heads),
+                      head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]),
+                      tied=bool(config.get("tie_word_embeddings", False)), qk_norm=qk_norm, norm=norm,
+                      attention_bias=bool(config.get("attention_bias", False)),
+                      config_dtype=config.get("torch_dtype") or config.get("dtype"), source=source, raw=dict(config))
 
 
 def shipped_names() -> list[str]:
