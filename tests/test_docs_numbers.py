@@ -45,6 +45,11 @@ def dpo_exact_match() -> str:
     return _gain(_nano_book("direct_alignment", "dpo"))
 
 
+def how_many_learn(family: str) -> str:
+    rows = _json(f"reference_runs/nano/nano_book_{family}.json")["algorithms"]
+    return f"{sum(r['learns'] for r in rows)} of the {len(rows)}"
+
+
 def nano_book_seeds() -> str:
     seeds = {_json(f"reference_runs/nano/nano_book_{family}.json")["algorithms"][0]["seeds"]
              for family in ("policy_gradient", "direct_alignment")}
@@ -78,6 +83,8 @@ CLAIMS = [  # (page, what it states, the statement rendered from the shipped fil
     ("docs/sweeps.md", "GRPO's held-out gain over 3 seeds on today's base", grpo_three_seeds),
     ("docs/policy_gradients.md", "GRPO's held-out gain on nano", grpo_three_seeds),
     ("docs/nano.md", "DPO's held-out exact-match gain", dpo_exact_match),
+    ("docs/nano.md", "how many policy gradients learn", lambda: how_many_learn("policy_gradient") + " do"),
+    ("docs/nano.md", "how many direct-alignment losses learn", lambda: how_many_learn("direct_alignment") + " learn"),
     ("docs/nano.md", "the nano base's held-out exact match", nano_base),
     ("docs/evaluate.md", "the seeds `compare --reference nano` lays over a run", nano_book_seeds),
     ("docs/rejection_sampling.md", "top_k_overall before and after", rejection_sampling_top_k_overall),
