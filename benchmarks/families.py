@@ -166,7 +166,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.tools.planner import Workload
     from rlhf_recipes.tools.planner import memory as M
-    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
+    from benchmarks.tensor_memory import TensorMemoryTracker
     from rlhf_recipes.registry import ALGORITHMS, family_of
     from rlhf_recipes.tiny import tiny_model_path
 

@@ -3,7 +3,7 @@ against tensor memory measured on CPU.
 
 What CPU measurement can validate: every tensor the same code allocates on a GPU (saved
 activations, gradients, optimizer state, the LM head's tiles, the KV cache), counted exactly by
-rlhf_recipes.tools.planner.measure.TensorMemoryTracker. What it cannot: the CUDA context, the caching
+benchmarks.tensor_memory.TensorMemoryTracker. What it cannot: the CUDA context, the caching
 allocator's rounding and fragmentation, NCCL buffers, kernel workspaces (cuBLAS, flash-attention),
 and anything that only happens on a GPU (Triton's fused LM-head kernel replaces the CPU fallback
 the planner adds with device="cpu"). Those are an allowance in the verdict, to be measured with
@@ -332,7 +332,7 @@ def test_layer_activations_against_measured(kind, dtype, checkpointing):
     """One forward + backward of the decoder stack (4 x 128 tokens, padded): tensors saved for backward
     within 8%, and the peak within -5%..+20% (the recomputed layer under checkpointing is counted
     whole, while PyTorch frees it as backward consumes it)."""
-    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
+    from benchmarks.tensor_memory import TensorMemoryTracker
 
     model, shape = _small_model(kind, dtype)
     model.train()
@@ -366,7 +366,7 @@ def test_layer_activations_against_measured(kind, dtype, checkpointing):
 def test_generation_against_measured(sequences, prompt, completion):
     from transformers import AutoModelForCausalLM
 
-    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
+    from benchmarks.tensor_memory import TensorMemoryTracker
     from rlhf_recipes.tiny import tiny_model_path
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path(), dtype=torch.float32).eval()
@@ -391,7 +391,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_tokenizer
-    from rlhf_recipes.tools.planner.measure import TensorMemoryTracker
+    from benchmarks.tensor_memory import TensorMemoryTracker
     from rlhf_recipes.registry import family_of
 
     recipe = load_recipe([str(RECIPES / f"{algorithm}.yaml"), "--profile", "tiny", "--output_dir",

@@ -4,8 +4,8 @@
 
 memory.py holds the arithmetic (one documented function per term), shapes.py the model shapes
 (shipped for the book's models), launch.py what is read from an accelerate config, plan.py
-the assembly per family, report.py the verdict, suggestions and table, measure.py the
-measurements the model is validated against (tensor memory on CPU, CUDA peaks on a GPU).
+the assembly per family, report.py the verdict, suggestions and table. What the model is validated against
+(tensor memory on CPU, CUDA peaks on a GPU) is measured by benchmarks/ (tensor_memory.py, families.py).
 """
 
 from rlhf_recipes.tools.planner.launch import Launch, read_launch
