@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf_recipes.tools.lab.stats import (gain_interval, gain_interval_from_seed_intervals, gain_over_seeds,
-                                          seed_interval)
+from rlhf_recipes.tools.lab.stats import (
+    gain_interval,
+    gain_interval_from_seed_intervals,
+    gain_over_seeds,
+    seed_interval,
+)
 
 T2, T3, T4, T199 = 4.302653, 3.182446, 2.776445, 1.971957  # Student t(0.975, df)
 

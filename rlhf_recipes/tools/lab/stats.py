@@ -26,7 +26,8 @@ freedom are stretched over the whole variance), the seed interval alone 82% wher
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 CONFIDENCE = 0.95
 
@@ -129,7 +130,7 @@ def gain_over_seeds(seeds: Sequence[dict[str, Any]], confidence: float = CONFIDE
     bounds = [b for s in seeds for b in (s.get("interval") or [None, None])]
     if seeds and all(d is not None for d in recorded) and len({len(d) for d in recorded}) == 1:
         out = gain_interval(recorded, confidence)
-    elif seeds and all(b is not None and math.isfinite(b) for b in bounds):
+    elif seeds and seeds[0].get("problems") and all(b is not None and math.isfinite(b) for b in bounds):
         out = gain_interval_from_seed_intervals([s["gain"] for s in seeds], [s["interval"] for s in seeds],
                                                 seeds[0]["problems"], confidence)
     else:  # neither per-problem values nor intervals over problems: the seeds alone
