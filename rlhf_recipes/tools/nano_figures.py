@@ -30,13 +30,10 @@ from rlhf_recipes.tools.lab.document import save_figure, write_result
 SMOOTH = 10  # logs per running mean, as nano-book ...
 SMOOTH_FROM = 50  # ... for runs of at least this many logs: a shorter one (the base logs 27 times) is drawn raw
 # Axis labels with units of the keys the figures draw (the keys themselves come from the registry).
-UNITS = {
-    "loss": "training loss (nats per token)",
-    "grad_norm": "gradient L2 norm (before clipping)",
-    "epoch": "epoch (passes over the selected completions)",
-    "reward": "correctness reward of the step's groups (0-1)",
-    "eval/exact_match": "held-out exact match (% of problems, greedy)",
-}
+UNITS = {"loss": "training loss (nats per token)", "grad_norm": "gradient L2 norm (before clipping)",
+         "epoch": "epoch (passes over the selected completions)",
+         "reward": "correctness reward of the step's groups (0-1)",
+         "eval/exact_match": "held-out exact match (% of problems, greedy)"}
 RATES = {"eval/exact_match", "test_accuracy"}  # drawn in %
 
 

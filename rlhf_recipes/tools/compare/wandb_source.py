@@ -98,13 +98,9 @@ def fetch_and_cache(spec: ReferenceSpec, directory: Path = REFERENCE_DIR,
     frame = (fetch or fetch_history)(spec.wandb_path)
     path = cache_path(spec, directory)
     _write_atomically(frame, path)
-    provenance = {
-        "wandb_path": spec.wandb_path,
-        "url": spec.wandb_url,
-        "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "method": "wandb.Api().run(path).scan_history()",
-        "rows": len(frame),
-    }
+    provenance = {"wandb_path": spec.wandb_path, "url": spec.wandb_url,
+                  "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "method": "wandb.Api().run(path).scan_history()", "rows": len(frame)}
     path.with_suffix(".source.json").write_text(json.dumps(provenance, indent=2) + "\n")
     return path
 

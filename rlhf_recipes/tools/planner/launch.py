@@ -94,8 +94,6 @@ def _from_deepspeed_json(path: str, json_path: str) -> dict:
     stage = zero.get("stage", 0)
     if not isinstance(stage, int):
         raise ValueError(f"{where}: zero_optimization.stage {stage!r} is not 0-3; the planner needs the stage itself")
-    return {
-        "zero_stage": stage,
-        "offload_optimizer_device": (zero.get("offload_optimizer") or {}).get("device", "none"),
-        "offload_param_device": (zero.get("offload_param") or {}).get("device", "none"),
-    }
+    return {"zero_stage": stage,
+            "offload_optimizer_device": (zero.get("offload_optimizer") or {}).get("device", "none"),
+            "offload_param_device": (zero.get("offload_param") or {}).get("device", "none")}

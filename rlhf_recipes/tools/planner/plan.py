@@ -93,23 +93,14 @@ class Plan:
         return "does not fit"
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "recipe": self.recipe.source,
-            "algorithm": self.recipe.algorithm.name,
-            "model": self.shape.name,
-            "shape_source": self.shape.source,
-            "launch": self.launch.describe(),
-            "workload": vars(self.workload),
-            "terms": [{"name": t.name, "gib": round(t.bytes / GiB, 3), "phase": t.phase, "formula": t.formula}
-                      for t in self.terms],
-            "phases_gib": {k: round(v / GiB, 3) for k, v in self.phases.items()},
-            "peak_allocated_gib": round(self.peak_bytes / GiB, 3),
-            "required_gib": round(self.required_bytes / GiB, 3),
-            "capacity_gib": self.capacity_gib,
-            "verdict": self.verdict,
-            "notes": self.notes,
-            "warnings": self.warnings,
-        }
+        return {"recipe": self.recipe.source, "algorithm": self.recipe.algorithm.name, "model": self.shape.name,
+                "shape_source": self.shape.source, "launch": self.launch.describe(), "workload": vars(self.workload),
+                "terms": [{"name": t.name, "gib": round(t.bytes / GiB, 3), "phase": t.phase, "formula": t.formula}
+                          for t in self.terms],
+                "phases_gib": {k: round(v / GiB, 3) for k, v in self.phases.items()},
+                "peak_allocated_gib": round(self.peak_bytes / GiB, 3),
+                "required_gib": round(self.required_bytes / GiB, 3), "capacity_gib": self.capacity_gib,
+                "verdict": self.verdict, "notes": self.notes, "warnings": self.warnings}
 
 
 # ---------------------------------------------------------------------------------------

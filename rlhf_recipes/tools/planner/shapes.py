@@ -26,13 +26,8 @@ SHIPPED = Path(__file__).parent / "shapes"
 # OLMo-2's RMSNorm multiplies by its weight in fp32 before casting back (Llama/Qwen cast first),
 # which changes what it saves for backward (memory.layer_activation_bytes_per_token).
 NORM_WEIGHT_FP32 = {"olmo2"}
-ARCHITECTURES = {
-    "qwen3": (True, "pre"),
-    "olmo2": (True, "post"),
-    "llama": (False, "pre"),
-    "qwen2": (False, "pre"),
-    "mistral": (False, "pre"),
-}
+ARCHITECTURES = {"qwen3": (True, "pre"), "olmo2": (True, "post"), "llama": (False, "pre"), "qwen2": (False, "pre"),
+                 "mistral": (False, "pre")}
 
 
 class ShapeError(ValueError):
@@ -69,10 +64,8 @@ class ModelShape:
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in_features, out_features) of each nn.Linear in one decoder layer."""
         h, f, a, k, d = self.hidden, self.intermediate, self.heads, self.kv_heads, self.head_dim
-        return {
-            "q_proj": (h, a * d), "k_proj": (h, k * d), "v_proj": (h, k * d), "o_proj": (a * d, h),
-            "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h),
-        }
+        return {"q_proj": (h, a * d), "k_proj": (h, k * d), "v_proj": (h, k * d), "o_proj": (a * d, h),
+                "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
 
     def layer_linear_params(self) -> int:
         """Weights of one layer's linear layers: h*(a*d) + 2*h*(k*d) + (a*d)*h + 3*h*f."""
