@@ -2,9 +2,9 @@
 
 A finding is `ok`, `warn` (the run starts, but something will be lost or misread) or `stop` (the run would
 fail, after its data and model have loaded or hours later). The checks here need no network and import no
-model: `train` runs them before it loads anything (`check_before_load`: a stop is a one-line RecipeError, a warn
-is logged); `rlhf-recipes preflight` prints them with the checks that need the
-hub, the accelerate config and the planner's model sizes.
+model: `train` runs them before it loads anything (validation.check_inputs, through `stop_at_first`: a stop is a
+one-line RecipeError, a warn is logged); `rlhf-recipes preflight` prints them with the checks that need the hub,
+the accelerate config and the planner's model sizes.
 
 - wandb: a run that reports to wandb needs an API key (or an offline mode), else wandb raises at the first step,
   after everything has loaded, or waits on a login prompt on rank 0 while the other ranks wait on it;
@@ -39,13 +39,6 @@ class Finding:
     level: str  # ok | warn | stop
     topic: str  # what was checked: gpus, wandb, disk, ...
     text: str  # one line: what was found and, unless ok, the fix
-
-
-def check_before_load(recipe) -> list[Finding]:
-    """Every network-free check, as `train` runs them (validation.check_inputs: the packages and wandb first, the GPU
-    and the disk after the recipe's own data and model checks)."""
-    return stop_at_first([*extras_findings(recipe), wandb_finding(recipe), accelerator_finding(recipe),
-                          disk_finding(recipe)])
 
 
 def stop_at_first(findings: list[Finding | None]) -> list[Finding]:
