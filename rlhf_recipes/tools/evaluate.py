@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import CONFIG_FILE, EVAL_SUBDIR, has_config
+from rlhf_recipes.tools.lab.document import number
 
 SPLITS = ("heldout", "eval", "all")  # eval: the former name of heldout (the reward models' held-out split)
 
@@ -127,12 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _fmt(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def report_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     """metric | before | after | difference [interval] (after's own interval when there is no baseline)."""
     before, diff, bounds = result.get("baseline") or {}, result.get("difference") or {}, result.get("intervals") or {}
@@ -144,11 +138,11 @@ def report_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             d = diff.get(metric)
             cell = "-" if d is None or d.get("value") is None else (
                 f"{d['value']:+.4g}" + (f" [{d['low']:+.4g}, {d['high']:+.4g}]" if d.get("low") is not None else ""))
-            rows.append([metric, _fmt(before.get(metric)), _fmt(value), cell])
+            rows.append([metric, number(before.get(metric)), number(value), cell])
         else:
             b = bounds.get(metric) or {}
             interval = f"[{b['low']:.4g}, {b['high']:.4g}]" if b.get("low") is not None else "-"
-            rows.append([metric, _fmt(value), interval, b.get("method", "-")])
+            rows.append([metric, number(value), interval, b.get("method", "-")])
     return headers, rows
 
 
@@ -162,7 +156,7 @@ def print_report(result: dict) -> None:
     rate = speed.get("problems_per_s")
     tokens = speed.get("generated_tokens_per_s")
     print(f"held-out data: {data.get('construction')}; overlaps with training dropped: {data.get('overlaps_dropped')}")
-    print(f"throughput: {_fmt(rate)} problems/s" + (f", {_fmt(tokens)} generated tokens/s" if tokens else ""))
+    print(f"throughput: {number(rate)} problems/s" + (f", {number(tokens)} generated tokens/s" if tokens else ""))
     details = result.get("details")
     if details and "demo" in details:
         from rlhf_recipes.evaluation.reward_model_book import format_report

@@ -29,6 +29,7 @@ from typing import Any
 
 from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError
+from rlhf_recipes.tools.lab.document import number
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
 
@@ -118,15 +119,11 @@ def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
                 interval = (f"{diff['value']:+.4g} [{diff.get('low', float('nan')):+.4g}, "
                             f"{diff.get('high', float('nan')):+.4g}]" if isinstance(diff, dict) and "value" in diff
                             else "-")
-                lines.append(f"| {ev['name']} | {metric} | {_cell(value)} | {_cell(baseline)} | {interval} |")
+                lines.append(f"| {ev['name']} | {metric} | {number(value)} | {number(baseline)} | {interval} |")
     recipe_text = (run.path / CONFIG_FILE).read_text()
     lines += ["", "## Recipe", "", "The run's resolved recipe (its `config.yaml`); `python recipes/run.py config.yaml` "
               "re-runs it in an rlhf-recipes checkout.", "", "```yaml", recipe_text.rstrip(), "```", ""]
     return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

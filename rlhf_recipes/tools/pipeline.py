@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,11 +180,7 @@ def win_rate(scores: list[float], reference: list[float]) -> float:
 
 
 def _stderr(values: list[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return float("nan")
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
 
 
 def evaluate_policies(

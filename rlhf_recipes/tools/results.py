@@ -41,14 +41,11 @@ def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, A
 
 
 def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
-    def cell(value: Any) -> str:
-        return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
-
-    from rlhf_recipes.tools.lab.document import plain_table
+    from rlhf_recipes.tools.lab.document import number, plain_table
 
     header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
               "graded by"]
-    return plain_table(header, [[cell(r[k]) for k in ("algorithm", "base", "tuned", "book_base", "book_tuned",
+    return plain_table(header, [[number(r[k], ".3f") for k in ("algorithm", "base", "tuned", "book_base", "book_tuned",
                                                       "book_runs", "run", "grading")] for r in rows(run_dirs, metric)])
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rlhf_recipes.run_folder import Checkpoint, SavedRun, find_runs
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
+from rlhf_recipes.tools.lab.document import number
 
 DEFAULT_ROOT = "outputs"
 
@@ -40,7 +41,7 @@ def checkpoints_cell(run: SavedRun) -> str:
 
 def metrics_cell(run: SavedRun, limit: int = 3) -> str:
     items = list(run.final_metrics().items())[:limit]
-    return ", ".join(f"{k} {_number(v)}" for k, v in items) or "-"
+    return ", ".join(f"{k} {number(v)}" for k, v in items) or "-"
 
 
 def evaluations_cell(run: SavedRun) -> str:
@@ -51,7 +52,7 @@ def evaluations_cell(run: SavedRun) -> str:
             continue
         metric, value = next(iter(ev["metrics"].items()))
         diff = (ev.get("difference") or {}).get(metric)
-        text = f"{ev['name']}: {metric} {_number(value)}"
+        text = f"{ev['name']}: {metric} {number(value)}"
         if isinstance(diff, dict) and isinstance(diff.get("value"), (int, float)):
             text += f" ({diff['value']:+.3g}"
             if isinstance(diff.get("low"), (int, float)) and isinstance(diff.get("high"), (int, float)):
@@ -59,10 +60,6 @@ def evaluations_cell(run: SavedRun) -> str:
             text += ")"
         parts.append(text)
     return "; ".join(parts) or "-"
-
-
-def _number(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def print_table(runs: list[SavedRun], root: Path) -> None:

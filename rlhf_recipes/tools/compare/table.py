@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 from rlhf_recipes.tools.compare.verdict import Comparison
+from rlhf_recipes.tools.lab.document import number
 
 
 def fmt(value: float, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:+.4g}" if signed else f"{value:.4g}"
+    return number(value, "+.4g" if signed else ".4g")
 
 
 def reference_table(

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.json_safe import json_safe
+
+
+def number(value: Any, spec: str = ".4g") -> str:
+    """A table cell: "-" for None and NaN, a float by `spec`, anything else as str."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec) if isinstance(value, float) else str(value)
 
 
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[str]] = (), *,
