@@ -38,9 +38,7 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import read_metrics, read_results
-from rlhf_recipes.tools.lab.document import render_text, save_figure, write_result, wrote
-
-from rlhf_recipes.tools.sweep.plot import running_mean
+from rlhf_recipes.tools.lab.document import render_text, running_mean, save_figure, write_result, wrote
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
 WALL_FILE = "nano_book_wall_s.json"
@@ -211,7 +209,7 @@ def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     interval over seeds and problems (rlhf_recipes/tools/lab/stats.py gain_over_seeds: every seed is scored on the
     same problems) and every seed's numbers; "learns" when every gain's interval lies above zero; the curves are the
     means over seeds at the steps every seed logged."""
-    from rlhf_recipes.tools.sweep.plot import seed_band
+    from rlhf_recipes.tools.lab.document import seed_band
     from rlhf_recipes.tools.lab.stats import gain_over_seeds, seed_interval
 
     def mean(values):

@@ -126,7 +126,7 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from rlhf_recipes.tools.sweep.plot import running_mean
+    from rlhf_recipes.tools.lab.document import running_mean
 
     panels = [(book, key) for book, key in figure.panels]
     extra = 1 if (figure.heldout_curve or figure.heldout_final) else 0

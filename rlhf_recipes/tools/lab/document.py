@@ -2,7 +2,8 @@
 
 Every tool that reports numbers (sweep, nano-book, nano-figures, overoptimization, the HH pipeline, compare,
 evaluate, results, runs, plan) ends the same way: a plain document of numbers (`json_safe`: NaN and infinities as
-null), tables (`table`: rich; `plain_table`: text that a file and a terminal agree on), and a matplotlib figure.
+null), tables (`table`: rich; `plain_table`: text that a file and a terminal agree on; `number`: a cell), and a
+matplotlib figure (`save_figure`; curves smoothed by `running_mean`, seeds drawn as `seed_band`).
 The files are written atomically (rlhf_recipes/disk.py): reports are rewritten while runs finish, as people and
 scripts read them.
 """
@@ -73,6 +74,22 @@ def render_text(items: Iterable[Any], width: int = 160) -> str:
     for item in items:
         console.print(item)
     return console.export_text()
+
+
+# The curves' figure helpers: a running mean, and a band over seeds.
+def running_mean(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+            for i in range(len(values))]
+
+
+def seed_band(per_seed: dict[int, list[tuple]], smooth: int = 1) -> tuple[list[int], list[float], list[float],
+                                                                           list[float]]:
+    """(steps, mean, min, max) over seeds at the steps every seed logged (each seed smoothed first)."""
+    series = {s: dict(zip([p[0] for p in pts], running_mean([p[1] for p in pts], smooth)))
+              for s, pts in per_seed.items()}
+    steps = sorted(set.intersection(*(set(v) for v in series.values()))) if series else []
+    values = [[series[s][t] for s in series] for t in steps]
+    return (steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values])
 
 
 def save_figure(fig, path: Path, title: str | None = None) -> Path:

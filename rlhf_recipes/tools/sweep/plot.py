@@ -6,22 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.run_folder import read_metrics
-from rlhf_recipes.tools.lab.document import save_figure
-
-
-def running_mean(values: list[float], window: int) -> list[float]:
-    return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-            for i in range(len(values))]
-
-
-def seed_band(per_seed: dict[int, list[tuple]], smooth: int = 1) -> tuple[list[int], list[float], list[float],
-                                                                           list[float]]:
-    """(steps, mean, min, max) over seeds at the steps every seed logged (each seed smoothed first)."""
-    series = {s: dict(zip([p[0] for p in pts], running_mean([p[1] for p in pts], smooth)))
-              for s, pts in per_seed.items()}
-    steps = sorted(set.intersection(*(set(v) for v in series.values()))) if series else []
-    values = [[series[s][t] for s in series] for t in steps]
-    return (steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values])
+from rlhf_recipes.tools.lab.document import save_figure, seed_band
 
 
 def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:
