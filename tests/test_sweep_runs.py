@@ -22,9 +22,21 @@ DPO = str(RECIPES / "dpo.yaml")
 STEPS = 40  # the stopped sweep's run length
 
 
-def _sweep(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlhf_recipes.tools.cli", "sweep", *args], capture_output=True,
-                          text=True, env=env, timeout=600)
+def _sweep(capfd, *args: str, path: str | None = None) -> subprocess.CompletedProcess:
+    """`rlhf-recipes sweep ARGS` through the installed command's entry point, in this process, with PATH replaced by
+    `path` while it runs; its runs are processes of their own as always. (A sweep process of its own cost seconds of
+    imports for each call; the stopped sweep below is one, as it must be to take a signal.)"""
+    from rlhf_recipes.tools.cli import main
+
+    argv, old_path = sys.argv[:], os.environ["PATH"]
+    capfd.readouterr()
+    try:
+        os.environ["PATH"] = path or old_path
+        code = main(["sweep", *args])
+    finally:
+        sys.argv[:], os.environ["PATH"] = argv, old_path  # the command names itself in sys.argv for argparse
+    out = capfd.readouterr()
+    return subprocess.CompletedProcess(["rlhf-recipes", "sweep", *args], code, out.out, out.err)
 
 
 def _mtimes(out: Path) -> dict[str, int]:
@@ -32,10 +44,10 @@ def _mtimes(out: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow  # 6 tiny runs, each evaluated, 2 at a time: ~1.5-2 min
-def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path):
+def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path, capfd):
     out = tmp_path / "sweep"
     args = [DPO, "--profile", "tiny", "--grid", "beta=0.05,0.5", "--seeds", "2", "--workers", "2", "--out", str(out)]
-    done = _sweep(*args)
+    done = _sweep(capfd, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     for cell in ("beta=0.05", "beta=0.5"):
         for seed in (0, 1):
@@ -50,10 +62,10 @@ def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path):
     assert "beta=0.05" in done.stdout and (out / "sweep.png").stat().st_size > 10_000
     first = _mtimes(out)
 
-    again = _sweep(*args)  # the same command: nothing runs again
+    again = _sweep(capfd, *args)  # the same command: nothing runs again
     assert again.returncode == 0 and _mtimes(out) == first and "start " not in again.stderr
 
-    wider = _sweep(*args[:-4], "--seeds", "3", "--workers", "2", "--out", str(out), "--no-evaluate")
+    wider = _sweep(capfd, *args[:-4], "--seeds", "3", "--workers", "2", "--out", str(out), "--no-evaluate")
     assert wider.returncode == 0, wider.stderr[-3000:]
     now = _mtimes(out)
     assert {k: now[k] for k in first} == first and len(now) == 6  # only seed 2 of each cell ran
@@ -93,7 +105,7 @@ def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     assert steps == list(range(1, STEPS + 1))
 
 
-def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tmp_path):
+def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tmp_path, capfd):
     out = tmp_path / "sweep"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -101,8 +113,9 @@ def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tm
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho 'Submitted batch job 4242'\n")
     (bin_dir / "sbatch").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = _sweep(DPO, "--profile", "tiny", "--grid", "beta=0.05,0.5", "--seeds", "2", "--no-evaluate", "--out",
-                  str(out), "--slurm", "--slurm_option=--gres=gpu:1", "--slurm_option=--time=01:00:00", env=env)
+    done = _sweep(capfd, DPO, "--profile", "tiny", "--grid", "beta=0.05,0.5", "--seeds", "2", "--no-evaluate",
+                  "--out", str(out), "--slurm", "--slurm_option=--gres=gpu:1", "--slurm_option=--time=01:00:00",
+                  path=env["PATH"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Submitted batch job 4242" in done.stdout
     sbatch = out / "sweep.sbatch"
@@ -120,6 +133,6 @@ def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tm
     assert ran == (out / "beta=0.5" / "seed-0").resolve() and (ran / "final_results.json").exists()
     assert [p for p in out.glob("*/seed-*/final_results.json")] == [out / "beta=0.5" / "seed-0" / "final_results.json"]
 
-    without = _sweep(DPO, "--profile", "tiny", "--no-evaluate", "--out", str(tmp_path / "other"), "--slurm",
-                     env={**os.environ, "PATH": "/usr/bin:/bin"})
+    without = _sweep(capfd, DPO, "--profile", "tiny", "--no-evaluate", "--out", str(tmp_path / "other"), "--slurm",
+                     path="/usr/bin:/bin")
     assert without.returncode == 0 and "sbatch is not on PATH" in without.stdout
