@@ -278,6 +278,18 @@ def test_metrics_jsonl_merges_eval_rows_and_keeps_the_summary_apart(tmp_path):
     assert frame["loss"].dropna().tolist() == [0.7, 0.6]  # the summary row has train_loss only
 
 
+def test_metrics_jsonl_of_a_killed_run_reads_up_to_its_torn_last_row(tmp_path):
+    """A run killed mid-append leaves a torn last row: compared on what it logged (the run folder's reader);
+    a bad row before the last is one line naming the file."""
+    run = write_run(tmp_path / "rm", "preference_rm", [{"step": 1, "loss": 0.7}, {"step": 2, "loss": 0.6}])
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 3, "lo')
+    assert read_metrics_jsonl(metrics)["loss"].tolist() == [0.7, 0.6]
+    metrics.write_text('{"step": 1, "lo\n{"step": 2, "loss": 0.6}\n')
+    with pytest.raises(CompareError, match="metrics.jsonl: a row before the last is not valid JSON"):
+        read_metrics_jsonl(metrics)
+
+
 # --- verdict.py ------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlhf_recipes.run_folder import METRICS_FILE, read_config, read_results
+from rlhf_recipes.run_folder import METRICS_FILE, read_config, read_metrics, read_results
 from rlhf_recipes.tools.compare.errors import CompareError
 
 NANO_PROFILE = "nano"  # config.PROFILES: the profile whose runs have recorded references of their own
@@ -74,20 +74,17 @@ def _numeric(value: Any) -> float | None:
 
 
 def read_metrics_jsonl(path: Path) -> pd.DataFrame:
-    """One row per trainer step; a step logged twice (train row + eval row) is merged."""
+    """One row per trainer step; a step logged twice (train row + eval row) is merged. Read as the run folder's
+    reader reads it (run_folder.read_metrics): a torn last row, a killed run's, is skipped."""
+    try:
+        rows = read_metrics(path)
+    except ValueError as exc:
+        raise CompareError(f"{path}: a row before the last is not valid JSON ({exc}).") from exc
     records: list[dict[str, float]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CompareError(f"{path}:{lineno} is not valid JSON ({exc.msg}).") from exc
-        if "step" not in row:
-            continue
+    for row in rows:
         values = {k: _numeric(v) for k, v in row.items() if k not in BOOKKEEPING_KEYS}
         values = {k: v for k, v in values.items() if v is not None}
-        if values:
+        if "step" in row and values:
             records.append({"step": int(row["step"]), **values})
     if not records:
         raise CompareError(f"{path} has no metric rows: did the run log anything?")
