@@ -25,9 +25,11 @@ changes in the process is put back after it: the working directory, the environm
 logging levels and handlers, the signal handlers, the warnings filters and torch's thread count. The processes a
 command starts itself (a sweep's runs, the bad-input battery's cases, the console copier) are still real
 processes, and so are the commands this cannot start in-process (anything but python and rlhf-recipes). That the
-commands also start as fresh processes is shown there and in tests/test_compare.py (the installed command).
+commands also start as processes of their own is shown by those (a sweep's runs are `python recipes/run.py`; the
+bad-input battery starts each tool) and by tests/test_compare.py (the installed command).
 
-Keep the runnable set small: each tiny run is about 5 s of CPU.
+Keep the runnable set small: each tiny run is seconds of CPU, and a command that starts runs as processes (a
+sweep, a pipeline) pays ~5 CPU-s of imports for each.
 
 The cheap checks below run nothing: every recipes/*.yaml named in the docs exists, every recipe
 is named in README.md, every `rlhf-recipes <command>` named is a real command, and every local
