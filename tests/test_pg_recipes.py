@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import rewards
-from conftest import launch, losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
+from conftest import losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
 
 
 def rollouts(out: Path) -> list[dict]:
@@ -219,34 +219,10 @@ def test_batch_structure_is_kept_across_world_sizes_or_fails_clearly(tmp_path):
         load_recipe([*argv, "--num_generations", "1", "--generation_batch_size", "8"])
 
 
-@pytest.mark.multiprocess
-def test_grpo_two_processes(tmp_path):
-    out = tmp_path / "ddp"
-    launch("ddp_2proc.yaml", "grpo.yaml", out)
-    results = json.loads((out / "final_results.json").read_text())
-    assert results["world_size"] == 2
-    assert results["gradient_accumulation_steps"] == 2 and results["rollout_batch"]["optimizer_steps"] == 4
-    assert results["rollouts_stored"] == 32  # both processes' rollouts, gathered
-
-
-@pytest.mark.multiprocess
-def test_grpo_zero3(tmp_path):
-    out = tmp_path / "zero3"
-    launch("zero3_2proc.yaml", "grpo.yaml", out)
-    results = json.loads((out / "final_results.json").read_text())
-    assert results["world_size"] == 2 and results["steps"] == 4
-    assert all(math.isfinite(r["loss"]) for r in read_metrics(out) if "loss" in r)
-
-
-@pytest.mark.multiprocess
-def test_dapo_refill_two_processes(tmp_path):
-    """Dynamic sampling's refill rounds are collective: every process must run the same number."""
-    out = tmp_path / "dapo"
-    launch("ddp_2proc.yaml", "dapo.yaml", out, "--max_refill_rounds", "1", "--max_steps", "2")
-    results = json.loads((out / "final_results.json").read_text())
-    assert results["world_size"] == 2
-    first = next(r for r in read_metrics(out) if "dynamic_sampling/refill_rounds" in r)
-    assert first["dynamic_sampling/refill_rounds"] == 1
+# Two processes: the resume inside a rollout batch, from the checkpoint the main process verified, and the GRPO
+# family's DDP runs (PPO, the same trainer) are tests/test_multinode.py's; GRPO under ZeRO-3 with DAPO's collective
+# refill rounds is tests/test_zero3_frozen_models.py's (LoRA, generation without gathering), and tests/test_scale.py's
+# PPO takes the same trainer's generation with the full weights gathered.
 
 
 @pytest.mark.slow  # a full run and a resumed copy: ~15 s, more under load
@@ -323,31 +299,5 @@ def test_resume_inside_a_rollout_batch_is_exact(tmp_path, recipe, extra, at, ste
     reference, after = losses_after(out, 0), losses_after(resumed, at)
     assert sorted(after) == list(range(at + 1, steps + 1))
     assert any(abs(reference[step]) > 1e-3 for step in after), reference
-    for step, loss in after.items():
-        assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step
-
-
-@pytest.mark.multiprocess
-def test_two_processes_resume_inside_a_rollout_batch_from_the_checkpoint_the_main_one_verified(tmp_path):
-    """Under two processes each keeps its own share of the rollout batch (pending_rollouts-<rank>.pt), and every
-    rank resumes from the checkpoint the main process verified: the newest one is damaged in place, which only
-    the main process's checksums see (the others check sizes), so without the broadcast rank 1 would load it."""
-    import shutil
-
-    out = tmp_path / "saved"
-    launch("ddp_2proc.yaml", "grpo.yaml", out, "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "1")
-    assert {p.name for p in (out / "checkpoint-2").glob("pending_rollouts-*.pt")} == {"pending_rollouts-0.pt",
-                                                                                        "pending_rollouts-1.pt"}
-    resumed = tmp_path / "resumed"
-    shutil.copytree(out, resumed, ignore=shutil.ignore_patterns("checkpoint-4", "final_results.json"))
-    damaged = resumed / "checkpoint-3" / "model.safetensors"
-    data = bytearray(damaged.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    damaged.write_bytes(bytes(data))
-    log = launch("ddp_2proc.yaml", str(resumed / "config.yaml"), resumed, "--resume")
-    assert "skipping" in log.stderr and "checkpoint-3: model.safetensors does not match its checksum" in log.stderr
-    assert log.stderr.count("resuming inside a rollout batch") == 2  # both ranks, from checkpoint-2
-    reference, after = losses_after(out, 0), losses_after(resumed, 2)
-    assert sorted(after) == [3, 4]
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step

@@ -125,12 +125,16 @@ def test_prm_end_to_end(runs):
 
 @pytest.mark.multiprocess
 def test_orm_two_processes_evaluates_like_one(runs, tmp_path):
-    """DDP over 2 gloo processes: same effective batch, and the same held-out numbers as one process."""
+    """ZeRO-3 over 2 gloo processes: same effective batch, and the same held-out numbers as one process, from a
+    final evaluation on partitioned weights (the reward-model family's ZeRO-3 run; DDP's gathering of evaluation
+    rows is the same accelerate call)."""
     _, single = runs("orm")
-    out = tmp_path / "orm_ddp"
-    launch("ddp_2proc.yaml", "orm.yaml", out)
+    out = tmp_path / "orm_zero3"
+    launch("zero3_2proc.yaml", "orm.yaml", out)
     results = json.loads((out / "final_results.json").read_text())
     assert results["world_size"] == 2 and results["effective_batch_size"] == 4
+    assert results["steps"] == single["steps"] and not results["interrupted"]
+    assert all(math.isfinite(r["loss"]) for r in read_metrics(out) if "loss" in r)
     last_eval = [r for r in read_metrics(out) if "eval_loss" in r][-1]
     for key in ("top1_accuracy", "pairwise_accuracy", "num_rollouts"):
         assert results["evaluation"][key] == pytest.approx(single["evaluation"][key], abs=1e-4)

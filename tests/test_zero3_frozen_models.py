@@ -53,13 +53,27 @@ def test_a_reward_model_loads_whole_while_a_zero3_config_is_registered(tiny_rm):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_hh_grpo_with_a_reward_model_under_zero3_two_processes(tiny_rm, tmp_path):
-    """hh_grpo's `rm:` reward, loaded at the first reward call inside a ZeRO-3 run, scores every rollout; one
-    optimizer step. Without the guard the scorer's embedding is an empty shard: `'weight' must be 2-D`."""
-    out = tmp_path / "hh_grpo"
-    launch("zero3_2proc.yaml", "hh_grpo.yaml", out, "--reward_funcs", f"rm:{tiny_rm}",
-           "--generation_batch_size", "16", "--max_steps", "1", timeout=420)
+def test_a_reward_model_scores_rollouts_under_zero3_two_processes(tiny_rm, tmp_path):
+    """An `rm:` reward (hh_grpo's kind), loaded at the first reward call inside a ZeRO-3 run, scores every rollout.
+    Without the guard the scorer's embedding is an empty shard: `'weight' must be 2-D`. The same launch is the
+    suite's GRPO trainer under ZeRO-3: LoRA, reentrant checkpointing, and generation without gathering the weights
+    (every rank steps generate() together; a hang would end at the timeout); DAPO, so that dynamic sampling's refill
+    round (groups flat in correctness, which the random tiny model never gets right) is collective too; a rollout
+    batch of 16 is 2 optimizer steps, both taken. (Generation with the full weights gathered: tests/test_scale.py's
+    PPO, the same trainer.)"""
+    out = tmp_path / "dapo"
+    launch("zero3_2proc.yaml", "dapo.yaml", out, "--reward_funcs", f"[correctness_reward, rm:{tiny_rm}]",
+           "--reward_weights", "[1.0, 1.0]", "--dynamic_sampling_reward", "correctness_reward",
+           "--max_refill_rounds", "1", "--ds3_gather_for_generation", "false", "--use_peft", "true",
+           "--activation_checkpointing", "true", "--generation_batch_size", "16", "--max_steps", "2", timeout=420)
     results = json.loads((out / "final_results.json").read_text())
-    assert results["world_size"] == 2 and results["steps"] == 1 and not results["interrupted"]
-    logged = [r["rewards/rm_tiny_rm/mean"] for r in read_metrics(out) if "rewards/rm_tiny_rm/mean" in r]
+    assert results["world_size"] == 2, "a silent fallback to one process"
+    assert results["steps"] == 2 and not results["interrupted"]
+    assert (out / "adapter_config.json").exists() and not (out / "model.safetensors").exists(), "LoRA saves its adapter"
+    rows = read_metrics(out)
+    logged = [r["rewards/rm_tiny_rm/mean"] for r in rows if "rewards/rm_tiny_rm/mean" in r]
     assert logged and all(math.isfinite(x) for x in logged)
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    first = next(r for r in rows if "dynamic_sampling/refill_rounds" in r)
+    assert first["dynamic_sampling/refill_rounds"] == 1
