@@ -253,9 +253,10 @@ def test_dpo_one_and_two_processes_give_the_same_steps_under_zero3(tmp_path):
 ZERO3 = [
     # (recipe, extra flags, what it covers). Elsewhere: GRPO under ZeRO-3 (LoRA, generation without gathering,
     # reentrant checkpointing, a frozen reward model) is tests/test_zero3_frozen_models.py's run, and PPO's run
-    # below takes the same trainer's generation with the full weights gathered; a reward model and its final
-    # evaluation on partitioned weights is tests/test_rm_recipes.py's ORM run (against one process); SFT, SDPO and
-    # DPO have theirs in their own files and above.
+    # below takes the same trainer's generation with the full weights gathered; our reward-model trainer (ORM) and
+    # its final evaluation on partitioned weights is tests/test_rm_recipes.py's ORM run (against one process); SFT,
+    # SDPO and DPO have theirs in their own files and above.
+    ("preference_rm.yaml", [], "TRL's RewardTrainer (not ours, as ORM's is), its final evaluation on partitioned weights"),
 ]
 if "ppo" in ALGORITHMS:
     ZERO3.append(("ppo.yaml", ["--value_optimizer", "separate"],  # DeepSpeed owns the policy's optimizer
@@ -272,3 +273,5 @@ def test_zero3_two_processes(recipe, extra, covers, tmp_path):
     steps = next((int(v) for k, v in zip(extra, extra[1:]) if k == "--max_steps"), 4)
     assert results["steps"] == steps and not results["interrupted"]
     assert all(math.isfinite(r["loss"]) for r in read_metrics(out) if "loss" in r)
+    if recipe.startswith("preference_rm"):
+        assert 0.0 <= results["evaluation"]["accuracy"] <= 1.0
