@@ -487,8 +487,8 @@ def test_ppo_learning_signal(tmp_path):
     assert sum(value_loss[-4:]) / 4 < 0.25 * sum(value_loss[:4]) / 4, value_loss
 
 
-# PPO on two DDP processes (effective batch, gathered rollouts, the value model saved) is the reference run of
-# tests/test_pg_recipes.py's two-process resume; under ZeRO-3 it is tests/test_scale.py's.
+# PPO on two DDP processes (effective batch, gathered rollouts, the value model saved) is tests/test_multinode.py's
+# two-machine run, the reference of its two-process resume; under ZeRO-3 it is tests/test_scale.py's.
 
 
 def test_value_model_activations_are_checkpointed_like_the_policys(tmp_path):
