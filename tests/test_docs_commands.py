@@ -19,7 +19,8 @@ PYTHONPATH points at this checkout.
 Each command runs in this test's process, started as the shell would start it: `python FILE ARGS` runs FILE as
 __main__, `python -m MODULE ARGS` runs MODULE as __main__, and `rlhf-recipes ARGS` runs the installed command's
 own script (or `python -m rlhf_recipes.tools` without one), each with sys.argv as the shell would set it (shlex)
-and its exit code taken from its SystemExit (an uncaught exception: exit 1, as python's). A fresh process per
+and its exit code taken from its SystemExit (an uncaught exception: exit 1, as python's; past TIMEOUT_S, a
+TimeoutError: exit 1, as a process's timeout would fail). A fresh process per
 command cost ~5 CPU-s of imports (torch, transformers, TRL) each, half of this test's time. What a command
 changes in the process is put back after it: the working directory, the environment, sys.argv and sys.path, the
 logging levels and handlers, the signal handlers, the warnings filters and torch's thread count. The processes a
@@ -46,6 +47,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -276,6 +278,35 @@ def _process_state_restored():
         torch.set_num_threads(threads)
 
 
+@contextmanager
+def _time_limit(seconds: float):
+    """subprocess.run's timeout, for a command run in this process: past `seconds` (then every 10 s, should the
+    command catch it) a TimeoutError is raised in the main thread, which _exit_code turns into exit 1 with its
+    traceback; without it a hung command would hold the test (and CI) forever. A signal sent to the main thread by a
+    watcher thread, not an alarm(): it interrupts a blocking wait too, and a command's own alarm() (math_verify's
+    timeouts) cannot cancel it."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds:g} s (the time limit of a doc command)")
+
+    done, main = threading.Event(), threading.main_thread().ident
+
+    def watch():
+        if not done.wait(seconds):
+            signal.pthread_kill(main, signal.SIGUSR2)
+            while not done.wait(10):
+                signal.pthread_kill(main, signal.SIGUSR2)
+
+    previous = signal.signal(signal.SIGUSR2, expire)
+    watcher = threading.Thread(target=watch, name="doc-command-time-limit", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGUSR2, previous)
+
+
 def run_command(command: DocCommand, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """Run a doc command in `cwd` with `env`; its exit code and its output (stdout then stderr, the end of it)."""
     started = _in_process(command.argv)
@@ -288,7 +319,8 @@ def run_command(command: DocCommand, cwd: Path, env: dict[str, str]) -> tuple[in
         os.chdir(cwd)
         os.environ.update(env)
         sys.argv[:] = argv
-        return _exit_code(start), ""
+        with _time_limit(TIMEOUT_S):
+            return _exit_code(start), ""
 
 
 def test_a_command_in_process_gives_the_exit_code_a_process_would_and_leaves_the_process_as_it_was(tmp_path, capfd):
@@ -307,6 +339,25 @@ def test_a_command_in_process_gives_the_exit_code_a_process_would_and_leaves_the
         assert said in captured.out + captured.err, (line, captured)
     assert (dict(os.environ), sys.argv, sys.path, os.getcwd(), signal.getsignal(signal.SIGINT)) == before
     assert not (tmp_path / "outputs").exists()  # the refused run left nothing
+
+
+def test_a_command_in_process_that_runs_past_the_time_limit_exits_1_and_the_next_one_runs(tmp_path, monkeypatch,
+                                                                                          capfd):
+    """The in-process start keeps subprocess.run's timeout: a command still running at TIMEOUT_S ends with exit 1
+    and says so, even inside a blocking wait, and nothing of the limit is left behind for the next command."""
+    (tmp_path / "waits.py").write_text("import time\ntime.sleep(30)\n")
+    (tmp_path / "quick.py").write_text("import time\ntime.sleep(0.5)\n")
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT_S", 0.3)
+    before = signal.getsignal(signal.SIGUSR2)
+    waits = DocCommand(where="probe", line="python waits.py", argv=["python", "waits.py"], expected_exit=1,
+                       runnable=True)
+    assert run_command(waits, tmp_path, dict(os.environ))[0] == 1
+    assert "TimeoutError: still running after 0.3 s" in capfd.readouterr().err
+    monkeypatch.setattr(sys.modules[__name__], "TIMEOUT_S", 5)
+    quick = DocCommand(where="probe", line="python quick.py", argv=["python", "quick.py"], expected_exit=0,
+                       runnable=True)
+    assert run_command(quick, tmp_path, dict(os.environ))[0] == 0
+    assert signal.getsignal(signal.SIGUSR2) == before
 
 
 @pytest.mark.slow
