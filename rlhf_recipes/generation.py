@@ -10,8 +10,6 @@ prompt_ids        each chat's prompt token ids, rendered as `generate` renders i
 chat_ids          a (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers
                   split them (the prompt rendered with the generation prompt; the completion is the rest).
 completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at temperature 1.
-use_growing_kv_cache  every later `generate` of this process (TRL's rollouts too) keeps its keys and values in
-                  buffers written in place, not concatenated anew at every token.
 """
 
 from __future__ import annotations
@@ -20,62 +18,6 @@ import copy
 import os
 import time
 from typing import Any
-
-
-_GROWING_LAYER = None
-
-
-def use_growing_kv_cache() -> None:
-    """Make transformers' default generation cache (DynamicCache, full-attention layers) write each token's keys and
-    values into a buffer with room to grow, and hand attention a view of the filled part, instead of concatenating
-    the whole cache anew at every token (`torch.cat` per layer and step: a fifth of a small model's sampling time on
-    a CPU, and a fresh allocation each time). The attention sees the same values in the same shape, so every logit is
-    bitwise the one the plain cache gives (tests/test_generation_cache.py). With gradients on (a training forward
-    that builds a cache) the plain concatenation runs. Registered through transformers' own per-layer-type mapping
-    (what a DynamicCache built from a model config instantiates), once per process; idempotent."""
-    global _GROWING_LAYER
-    if _GROWING_LAYER is not None:
-        return
-    import torch
-    from transformers import cache_utils
-
-    plain = cache_utils.DYNAMIC_LAYER_TYPE_MAPPING["full_attention"]
-    if plain is not cache_utils.DynamicLayer:  # another registration (a model's own layer type): leave it
-        _GROWING_LAYER = plain
-        return
-
-    class GrowingKVLayer(cache_utils.DynamicLayer):
-        headroom = 64  # tokens of room added at each (re)allocation: a small model's whole completion, usually
-
-        def lazy_initialization(self, key_states, value_states):
-            super().lazy_initialization(key_states, value_states)
-            self._buffers = self._view = None
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            if torch.is_grad_enabled() and (key_states.requires_grad or value_states.requires_grad):
-                return super().update(key_states, value_states, *args, **kwargs)
-            used = self.keys.shape[-2] if self.keys.numel() else 0
-            total = used + key_states.shape[-2]
-            # A buffer too small, or keys replaced behind it (crop, reorder, batch select, offload): start a new one
-            # from the keys as they stand.
-            if self._view is None or self.keys is not self._view[0] or total > self._buffers[0].shape[-2]:
-                batch, heads, _, dim = key_states.shape
-                shape = (batch, heads, total + self.headroom, dim)
-                self._buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
-                if used:
-                    self._buffers[0][..., :used, :].copy_(self.keys)
-                    self._buffers[1][..., :used, :].copy_(self.values)
-            keys, values = self._buffers
-            keys[..., used:total, :].copy_(key_states)
-            values[..., used:total, :].copy_(value_states)
-            self.keys, self.values = keys[..., :total, :], values[..., :total, :]
-            self._view = (self.keys, self.values)
-            return self.keys, self.values
-
-    cache_utils.DYNAMIC_LAYER_TYPE_MAPPING["full_attention"] = GrowingKVLayer
-    _GROWING_LAYER = GrowingKVLayer
 
 
 def prompt_text(tokenizer, chat: list[dict], chat_template_kwargs: dict | None) -> str:
@@ -97,7 +39,6 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
     import torch
     from tqdm.auto import tqdm
 
-    use_growing_kv_cache()
     # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
     # these settings on top; greedy clears the model's default sampling settings.
     config = copy.deepcopy(model.generation_config)

@@ -133,11 +133,9 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
     """Data, model and trainer: everything that can fail before the first step. `argv`: the run's command line."""
     # Heavy imports only once the recipe is known to be valid.
     from rlhf_recipes.data import load_splits
-    from rlhf_recipes.generation import use_growing_kv_cache
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.registry import family_of
 
-    use_growing_kv_cache()  # every generate of the run (TRL's rollouts, evaluations): the same logits, less copying
     family = family_of(recipe.algorithm)
     recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     folder.agree_on_checkpoint()  # the process group is up now (TrainingArguments): every rank resumes the same one
