@@ -47,6 +47,9 @@ def test_the_sampled_kl_is_the_log_ratio_of_the_two_models_log_probs():
     assert all(e >= 0 for e in exact) and max(exact) > 1e-3
     assert sampled_kl(policy, ref, prompts, completions, pad_id=0, batch_size=3) == \
         (pytest.approx(exact, abs=1e-5), pytest.approx(ratio, abs=1e-5))
+    # exact=False (the pipeline's: one model's full-vocabulary log-softmax alive at a time): the same log-ratio
+    assert sampled_kl(policy, ref, prompts, completions, pad_id=0, batch_size=2, exact=False) == \
+        ([], pytest.approx(ratio, abs=1e-5))
 
 
 @pytest.fixture(scope="module")

@@ -56,26 +56,37 @@ def sequence_kl(policy_logp, ref_logp, ids, mask) -> tuple[list[float], list[flo
 
 
 def sampled_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-               temperature: float = 1.0, batch_size: int = 64) -> tuple[list[float], list[float]]:
+               temperature: float = 1.0, batch_size: int = 64,
+               exact: bool = True) -> tuple[list[float], list[float]]:
     """sequence_kl of each (prompt, completion sampled from `policy`) pair, both models' next-token distributions at
-    `temperature` with no top-k / top-p cut (a cut would make the KL infinite wherever the two cuts differ)."""
+    `temperature` with no top-k / top-p cut (a cut would make the KL infinite wherever the two cuts differ).
+    exact=False: only the log-ratio sum (the first list comes back empty), each model's log-softmax reduced to the
+    sampled tokens before the next model runs: one [batch, tokens, vocab] tensor at a time instead of both models'
+    and their product, which at a real vocabulary (~150k) is what decides whether an evaluation batch fits."""
     import torch
 
     from rlhf_recipes.generation import _right_padded
 
-    exact: list[float] = []
+    exact_sums: list[float] = []
     ratio: list[float] = []
     for start in range(0, len(prompt_ids), batch_size):
         chunk = list(zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]))
         ids, mask = _right_padded([p + c for p, c in chunk], pad_id)
-        with torch.no_grad():  # both on the policy's device
-            logp = [torch.log_softmax(m(input_ids=ids.to(m.device), attention_mask=mask.to(m.device))
-                                      .logits[:, :-1].float().to(policy.device) / temperature, -1)
-                    for m in (policy, ref)]
         completion = torch.zeros_like(mask[:, 1:])  # 1 where position t predicts a completion token
         for i, (p, c) in enumerate(chunk):
             completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
-        e, r = sequence_kl(logp[0], logp[1], ids[:, 1:].to(policy.device), completion.to(policy.device))
-        exact += e
+        targets, completion = ids[:, 1:].to(policy.device), completion.to(policy.device)
+        with torch.no_grad():  # both on the policy's device
+            logps = []
+            for model in (policy, ref):
+                logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
+                logp = torch.log_softmax(logits[:, :-1].float().to(policy.device) / temperature, -1)
+                logps.append(logp if exact else logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+                del logits, logp
+        if exact:
+            e, r = sequence_kl(logps[0], logps[1], targets, completion)
+            exact_sums += e
+        else:
+            r = ((logps[0] - logps[1]) * completion.to(logps[0].dtype)).sum(-1).tolist()
         ratio += r
-    return exact, ratio
+    return exact_sums, ratio
