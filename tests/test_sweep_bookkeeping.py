@@ -214,6 +214,21 @@ def test_a_failing_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_p
     assert (done.folder / "final_results.json").stat().st_mtime_ns == before
 
 
+def test_a_plan_stops_at_a_phase_that_did_not_finish(tmp_path, capsys):
+    """The pipeline's policies read its reward model (run_plan's stop_on_failure, as the pipeline calls it): a later
+    phase is not started when an earlier one failed (it ran on before: the policies trained and failed after
+    loading), and the exit code is the failure's."""
+    from rlhf_recipes.tools.lab.executor import run_plan
+
+    broken = Job("reward-model", tmp_path / "rm", (str(tmp_path / "nope.yaml"), "--profile", "tiny"))
+    policy = Job("policy", tmp_path / "policy", (DPO, "--profile", "tiny"))
+    code, outcomes = run_plan([[broken], [policy]], workers=1, title="plan", stop_on_failure=True)
+    assert code == 1 and [(o.job.name, o.status) for o in outcomes] == [("reward-model", "failed")]
+    assert not policy.log.exists() and not policy.folder.exists()
+    err = capsys.readouterr().err
+    assert "not started, as they read this phase's runs: policy" in err and "error: reward-model: failed" in err
+
+
 def test_a_second_sweep_into_a_running_folder_is_refused_with_who_holds_it(tmp_path, capsys):
     """A real second process holds the folder's lock; the sweep says who and exits 2 without touching it."""
     from rlhf_recipes.tools.sweep.cli import main

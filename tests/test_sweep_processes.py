@@ -17,7 +17,8 @@ import pytest
 
 from rlhf_recipes.run_lock import _process_alive
 from rlhf_recipes.tools.sweep import spec, state
-from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, Job, run_one
+from rlhf_recipes.run_folder import EXIT_STILL_RUNNING
+from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, Job, run_one, run_plan
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
@@ -101,6 +102,10 @@ def test_a_run_held_by_a_live_process_is_running_with_its_pid_not_failed(tmp_pat
         (outcome,) = Executor(1).run([job])
         assert outcome.status == STILL_RUNNING
         assert "0 failed, 1 still running elsewhere" in " ".join(capsys.readouterr().err.split())
+        # a tool's plan: exit 75 (try again), not an error; overwrite: this stub config.yaml is not a full run's
+        code, _ = run_plan([[job]], workers=1, title="plan", overwrite=True)
+        err = capsys.readouterr().err
+        assert code == EXIT_STILL_RUNNING == 75 and "error:" not in err and "beta=0.1/seed-0: still running" in err
     finally:
         holder.kill()
         holder.wait()

@@ -137,7 +137,8 @@ def train_stages(stages: dict[str, list[str]], folders: dict[str, Path], options
 
     jobs = {name: Job(name, folders[name], tuple(argv)) for name, argv in stages.items()}  # argv names the folder
     code, outcomes = run_plan([[jobs["rm"]], [job for name, job in jobs.items() if name != "rm"]], workers=1,
-                              title="pipeline", overwrite=options.overwrite, launcher=options.launcher)
+                              title="pipeline", overwrite=options.overwrite, launcher=options.launcher,
+                              stop_on_failure=True)  # the policies read the reward model
     if code != 0:
         raise RuntimeError("pipeline: a stage did not finish (named above, with its log). Fix it and run the pipeline "
                            "again: finished stages are kept, an interrupted one resumes")

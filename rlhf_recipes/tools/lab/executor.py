@@ -305,12 +305,17 @@ class Executor:
 
 def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwrite: bool = False,
              launcher: str | None = None, prepare: Callable[[], object] | None = None,
-             on_finish: Callable[[Outcome], None] = lambda o: None) -> tuple[int, list[Outcome]]:
-    """A tool's plan on the executor: its phases one after another (a phase's jobs W at a time). Runs kept from an
-    earlier call must be the runs asked (else one line, exit 2, nothing run); `prepare` runs once before any job
-    (the nano base built: every run would otherwise wait on its build's lock); each failure is named with its log.
+             on_finish: Callable[[Outcome], None] = lambda o: None,
+             stop_on_failure: bool = False) -> tuple[int, list[Outcome]]:
+    """A tool's plan on the executor: its phases one after another (a phase's jobs W at a time). stop_on_failure: every
+    later job reads every earlier phase's runs (the pipeline's policies its one reward model), so a phase that did
+    not finish ends the plan there: the later phases are named, not started (they would only fail after loading);
+    without it the later phases run (the over-optimization study: an RL run needs only its own proxy, and the others
+    go on). Runs kept from an earlier call must be the runs asked (else
+    one line, exit 2, nothing run); `prepare` runs once before any job (the nano base built: every run would
+    otherwise wait on its build's lock); each failure is named with its log.
     Returns (0 every job finished | 1 some failed | 75 only runs held by another live process left | 130
-    interrupted | 2 bad input, the outcomes)."""
+    interrupted | 2 bad input, the outcomes of the jobs started)."""
     todo = [job for phase in phases for job in phase]
     try:
         for job in [] if overwrite else todo:
@@ -324,12 +329,17 @@ def run_plan(phases: list[list[Job]], *, workers: int | None, title: str, overwr
         return 0, []
     executor = Executor(workers or default_workers(len(todo)), launcher, overwrite=overwrite, title=title)
     outcomes: list[Outcome] = []
-    for phase in phases:
+    for number, phase in enumerate(phases):
         outcomes += executor.run(phase, on_finish=on_finish)
         if executor.stopped:
             return EXIT_INTERRUPTED, outcomes
+        later = [job.name for rest in phases[number + 1:] for job in rest]
+        if stop_on_failure and later and any(o.status != "finished" for o in outcomes):
+            print(f"not started, as they read this phase's runs: {', '.join(later)}", file=sys.stderr)
+            break
     unfinished = [o for o in outcomes if o.status != "finished"]
     for o in unfinished:  # the others stay reusable: the same command again runs only these
-        print(f"error: {o.job.name}: {o.status}: {o.error}; log: {o.job.log}", file=sys.stderr)
+        what = o.job.name if o.status == STILL_RUNNING else f"error: {o.job.name}: {o.status}"  # held: not failed
+        print(f"{what}: {o.error}; log: {o.job.log}", file=sys.stderr)
     elsewhere = all(o.status == STILL_RUNNING for o in unfinished)
     return (0 if not unfinished else EXIT_STILL_RUNNING if elsewhere else 1), outcomes
