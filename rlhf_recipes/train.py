@@ -179,6 +179,14 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
                                 extra={"error": f"{type(e).__name__}: {e}"})
         raise
     wall = time.time() - start
+    if trainer.state.global_step == 0 and not (interrupt.interrupted or health.stopped_because):
+        # TRL ends "successfully" when its dataloader yields no full batch (fewer training rows than one optimizer
+        # step or rollout batch takes): without this the run read `finished` with an untrained model saved.
+        rows = len(trainer.train_dataset) if getattr(trainer, "train_dataset", None) is not None else "?"
+        return report_failure(recipe, trainer, output_dir, wall, (
+            f"{recipe.source}: trained 0 optimizer steps: the training split's {rows} rows make no full optimizer "
+            f"step (or rollout batch); raise num_samples, or lower effective_batch_size / generation_batch_size"),
+            retry_advice=False)
     try:
         return finish(recipe, output_dir, trainer, family, interrupt, health, wall)
     except OSError as e:  # the final model or results met a full disk
@@ -228,9 +236,11 @@ def curves_title(recipe, output_dir: Path) -> str:
     return f"{output_dir}: {recipe.algorithm.name} ({Path(recipe.source).name}{profile})"
 
 
-def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, full_disk: bool = False) -> int:
-    """A failure the run understands (non-finite numbers, a full disk): final_results.json says failed, at which
-    step, and which checkpoint is the last good one; the console gets one line, no traceback."""
+def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, full_disk: bool = False,
+                   retry_advice: bool = True) -> int:
+    """A failure the run understands (non-finite numbers, a full disk, no step trained): final_results.json says
+    failed, at which step, and which checkpoint is the last good one; the console gets one line, no traceback.
+    retry_advice: a lower learning rate is the way on (not for a full disk or a run that took no step)."""
     from rlhf_recipes.checkpoints import find_resumable_checkpoint
     from rlhf_recipes.run_folder import write_final_results
 
@@ -255,7 +265,7 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
             if disk_full(e) is None:
                 raise
             reason += " (final_results.json could not be written either: rlhf-recipes runs shows no result)"
-        lower = "" if full_disk else "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
+        lower = "" if full_disk or not retry_advice else "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
         keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it{lower})" if last_good
                 else "no checkpoint was saved before it")
         print(f"error: {reason}; {keep}", file=sys.stderr)

@@ -128,6 +128,18 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
 
 
 @pytest.mark.slow  # a learning check
+def test_a_run_whose_data_makes_no_rollout_batch_fails_instead_of_finishing_untrained(tmp_path, capsys):
+    """Fewer training prompts than one rollout batch takes: TRL's loop ends at once without an error, and the run
+    used to read `finished`, 0 steps, with the untrained model saved as its result (hh_ppo on the tiny profile: 14
+    prompts against a rollout batch of 16). Now: failed, exit 1, one line naming the recipe, the rows and the fix."""
+    out = tmp_path / "grpo"
+    run_recipe("grpo.yaml", out, "--num_samples", "1", expect=1)
+    final = json.loads((out / "final_results.json").read_text())
+    assert final["status"] == "failed" and final["steps"] == 0 and not (out / "model.safetensors").exists()
+    err = capsys.readouterr().err
+    assert "grpo.yaml: trained 0 optimizer steps: the training split's 1 rows" in err and "raise num_samples" in err
+
+
 def test_grpo_learning_signal(tmp_path):
     """With a fixed seed, GRPO raises a learnable reward clearly within 16 CPU optimizer steps.
     Measured (tiny, this machine): the last batch's mean reward over the first's at seed 42 (this test) +0.181, at
