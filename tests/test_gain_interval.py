@@ -91,11 +91,11 @@ def test_nano_book_learns_column_follows_the_interval_over_seeds_and_problems():
     assert agree["learns"] is False and m["learns"] is False and "seeds and problems" in m["interval"]
     clear = over_seeds([_seed_row([1] * 9 + [0]), _seed_row([1] * 10), _seed_row([1] * 8 + [0, 0])])
     assert clear["learns"] is True and "differences" not in clear["per_seed"][0]
-    text = " ".join(render_text([table([agree, clear])]).split())
+    rendered = render_text([table([agree, clear])])
+    text = " ".join(rendered.split())
     assert "interval over seeds and problems" in text and "gain interval: 95% t interval over seeds and problems" \
         in text
-    learns = [line.split("│")[-3].strip() for line in render_text([table([agree, clear])]).splitlines()
-              if line.startswith("│")]
+    learns = [line.split("│")[-3].strip() for line in rendered.splitlines() if line.startswith("│")]
     assert learns == ["no", "yes"]
 
 
@@ -134,9 +134,10 @@ def test_sweep_report_gives_gains_the_same_interval_and_learns(tmp_path):
     assert cells["beta=0.1"]["low"] == pytest.approx(noisy["low"]) and cells["beta=0.1"]["learns"] is False
     assert cells["beta=0.1"]["std"] == 0.0  # what the seeds alone see
     assert cells["beta=0.5"]["low"] == cells["beta=0.5"]["high"] == 1.0 and cells["beta=0.5"]["learns"] is True
-    lines = [line for line in report.text(result).splitlines() if line.startswith("│")]
+    rendered = report.text(result)
+    lines = [line for line in rendered.splitlines() if line.startswith("│")]
     assert [line.split("│")[-2].strip() for line in lines[:2]] == ["yes", "no"]  # ranked: beta=0.5 first
-    assert "interval over seeds and problems" in " ".join(report.text(result).split())
+    assert "interval over seeds and problems" in " ".join(rendered.split())
     report.write(s, tmp_path)
     written = json.loads((tmp_path / "sweep.json").read_text())
     assert written["runs"][0]["gains"]["gain/exact_match"]["gain"] == 0.5

@@ -126,8 +126,7 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
         assert key in logged, key
 
 
-
-@pytest.mark.slow  # a learning check
+@pytest.mark.slow  # a tiny run that stops before its first step: ~7 s alone, more under load
 def test_a_run_whose_data_makes_no_rollout_batch_fails_instead_of_finishing_untrained(tmp_path, capsys):
     """Fewer training prompts than one rollout batch takes: TRL's loop ends at once without an error, and the run
     used to read `finished`, 0 steps, with the untrained model saved as its result (hh_ppo on the tiny profile: 14
@@ -140,6 +139,7 @@ def test_a_run_whose_data_makes_no_rollout_batch_fails_instead_of_finishing_untr
     assert "grpo.yaml: trained 0 optimizer steps: the training split's 1 rows" in err and "raise num_samples" in err
 
 
+@pytest.mark.slow  # a learning check
 def test_grpo_learning_signal(tmp_path):
     """With a fixed seed, GRPO raises a learnable reward clearly within 16 CPU optimizer steps.
     Measured (tiny, this machine): the last batch's mean reward over the first's at seed 42 (this test) +0.181, at
