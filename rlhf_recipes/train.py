@@ -168,7 +168,8 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     except FloatingPointError as e:  # a NaN / inf loss, gradient, weight or reward (callbacks.py, rewards/finite.py)
-        return report_failure(recipe, trainer, output_dir, time.time() - start, str(e))
+        return report_failure(recipe, trainer, output_dir, time.time() - start, str(e), resume_hint=(
+            "; add --allow_changes --learning_rate LOWER to continue at a lower rate"))
     except BaseException as e:  # the folder says the run failed, and where, instead of looking unfinished
         where = disk_full(e, output_dir)
         if where is not None:
@@ -185,8 +186,7 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
         rows = len(trainer.train_dataset) if getattr(trainer, "train_dataset", None) is not None else "?"
         return report_failure(recipe, trainer, output_dir, wall, (
             f"{recipe.source}: trained 0 optimizer steps: the training split's {rows} rows make no full optimizer "
-            f"step (or rollout batch); raise num_samples, or lower effective_batch_size / generation_batch_size"),
-            retry_advice=False)
+            f"step (or rollout batch); raise num_samples, or lower effective_batch_size / generation_batch_size"))
     try:
         return finish(recipe, output_dir, trainer, family, interrupt, health, wall)
     except OSError as e:  # the final model or results met a full disk
@@ -237,10 +237,10 @@ def curves_title(recipe, output_dir: Path) -> str:
 
 
 def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, full_disk: bool = False,
-                   retry_advice: bool = True) -> int:
+                   resume_hint: str = "") -> int:
     """A failure the run understands (non-finite numbers, a full disk, no step trained): final_results.json says
     failed, at which step, and which checkpoint is the last good one; the console gets one line, no traceback.
-    retry_advice: a lower learning rate is the way on (not for a full disk or a run that took no step)."""
+    resume_hint: what to add to --resume from the last good checkpoint (non-finite numbers: a lower rate)."""
     from rlhf_recipes.checkpoints import find_resumable_checkpoint
     from rlhf_recipes.run_folder import write_final_results
 
@@ -265,9 +265,8 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
             if disk_full(e) is None:
                 raise
             reason += " (final_results.json could not be written either: rlhf-recipes runs shows no result)"
-        lower = "" if full_disk or not retry_advice else "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
-        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it{lower})" if last_good
-                else "no checkpoint was saved before it")
+        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it{resume_hint})"
+                if last_good else "no checkpoint was saved before it")
         print(f"error: {reason}; {keep}", file=sys.stderr)
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()

@@ -126,7 +126,6 @@ def test_recipe_runs_on_tiny_profile(name, tmp_path):
         assert key in logged, key
 
 
-@pytest.mark.slow  # a tiny run that stops before its first step: ~7 s alone, more under load
 def test_a_run_whose_data_makes_no_rollout_batch_fails_instead_of_finishing_untrained(tmp_path, capsys):
     """Fewer training prompts than one rollout batch takes: TRL's loop ends at once without an error, and the run
     used to read `finished`, 0 steps, with the untrained model saved as its result (hh_ppo on the tiny profile: 14

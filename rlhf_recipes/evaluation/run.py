@@ -78,7 +78,8 @@ def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int)
 
 def per_problem(scores: Scores) -> dict[str, list[float]]:
     """Each unweighted metric's value on each problem, in the problem order (a few KB for 200 problems): what an
-    interval over several runs on the same problems needs (rlhf_recipes/tools/lab/stats.py gain_interval)."""
+    interval over several runs on the same problems needs (the nano-book and sweep reports' interval over seeds and
+    problems)."""
     return {name: [round(float(v), 6) for v in values] for name, values in scores.per_problem.items()
             if name not in scores.weights}
 

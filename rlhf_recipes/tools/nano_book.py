@@ -39,6 +39,7 @@ from typing import Any
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import read_metrics, read_results
 from rlhf_recipes.tools.lab.document import render_text, running_mean, save_figure, write_result, wrote
+from rlhf_recipes.tools.lab.stats import per_problem_gains
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
 WALL_FILE = "nano_book_wall_s.json"
@@ -186,14 +187,12 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
         metrics[m] = {"base": result["baseline"][m], "final": result["metrics"][m],
                       "final_interval": [result["intervals"][m]["low"], result["intervals"][m]["high"]],
                       "gain": gain["value"], "gain_interval": [gain["low"], gain["high"]]}
-    after, before = result.get("per_problem") or {}, result.get("baseline_per_problem") or {}
     return {"algorithm": algorithm, "run": str(run), "wall_s": wall, "metrics": metrics,
             "learns": all(v["gain_interval"][0] > 0 for v in metrics.values()),
             "problems": result["data"]["problems"],
             "curves": curves(run, heldout, training, tuple(training_keys(family)[1:])),
             # after - base per problem (evaluations recorded before per-problem values: None), for over_seeds
-            "differences": {m: [a - b for a, b in zip(after[m], before[m])] if m in after and m in before else None
-                            for m in heldout}}
+            "differences": {m: per_problem_gains(result, m) for m in heldout}}
 
 
 def base_record(model: str) -> dict[str, Any] | None:

@@ -121,6 +121,15 @@ def gain_interval_from_seed_intervals(gains: Sequence[float], intervals: Sequenc
             **_crossed(mean, seed_part, seeds, problem_part, problems, method, confidence)}
 
 
+def per_problem_gains(result: dict[str, Any], metric: str) -> list[float] | None:
+    """after - base on each problem for `metric`, from an evaluation with its baseline (`rlhf-recipes evaluate
+    --baseline`'s per_problem and baseline_per_problem); None for an evaluation that recorded no per-problem values."""
+    after, before = result.get("per_problem") or {}, result.get("baseline_per_problem") or {}
+    if metric not in after or metric not in before:
+        return None
+    return [a - b for a, b in zip(after[metric], before[metric])]
+
+
 def gain_over_seeds(seeds: Sequence[dict[str, Any]], confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The one rule the nano-book and sweep reports share for a gain over the base on held-out problems. Each of
     `seeds` is one run's {"gain", "interval": [low, high] (its paired interval over problems), "problems",

@@ -20,7 +20,8 @@ from typing import Any
 from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.lab.document import render_text, table, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
-from rlhf_recipes.tools.lab.stats import few_seeds_warning, gain_over_seeds, paired_difference, seed_interval
+from rlhf_recipes.tools.lab.stats import (few_seeds_warning, gain_over_seeds, paired_difference, per_problem_gains,
+                                         seed_interval)
 
 STEM = "sweep"
 
@@ -43,7 +44,6 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
         result = json.loads(evaluation.read_text())
         for key, value in (result.get("metrics") or {}).items():
             record["metrics"][f"heldout/{key}"] = value
-        after, before = result.get("per_problem") or {}, result.get("baseline_per_problem") or {}
         for key, diff in (result.get("difference") or {}).items():
             if diff and diff.get("value") is not None:
                 record["metrics"][f"gain/{key}"] = diff["value"]
@@ -51,8 +51,7 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
                 record.setdefault("gains", {})[f"gain/{key}"] = {
                     "gain": diff["value"], "interval": [diff.get("low"), diff.get("high")],
                     "problems": (result.get("data") or {}).get("problems"),
-                    "differences": [a - b for a, b in zip(after[key], before[key])] if key in after and key in before
-                    else None}
+                    "differences": per_problem_gains(result, key)}
         record["heldout_order"] = list(result.get("metrics") or {})
     return record
 
