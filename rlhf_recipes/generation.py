@@ -110,9 +110,10 @@ def _right_padded(rows: list[list[int]], pad_id: int):
 
 
 def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-                        batch_size: int, max_length: int | None = None, desc: str = "log-probs") -> list[tuple[float, int]]:
+                        batch_size: int, max_length: int | None = None, desc: str = "log-probs",
+                        temperature: float = 1.0) -> list[tuple[float, int]]:
     """(sum of log-probs, number of tokens) of each completion given its prompt (prompts cut on the left to
-    fit max_length, then completions on the right)."""
+    fit max_length, then completions on the right), the next-token distribution at `temperature`."""
     import torch
     from tqdm.auto import tqdm
 
@@ -129,7 +130,7 @@ def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list
         ids, mask = _right_padded([p + c for p, c in pairs], pad_id)
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
         token_logp = logp.gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1).cpu()
         for i, (p, c) in enumerate(pairs):
             if not c:

@@ -60,13 +60,18 @@ def sampled_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[li
                exact: bool = True) -> tuple[list[float], list[float]]:
     """sequence_kl of each (prompt, completion sampled from `policy`) pair, both models' next-token distributions at
     `temperature` with no top-k / top-p cut (a cut would make the KL infinite wherever the two cuts differ).
-    exact=False: only the log-ratio sum (the first list comes back empty), each model's log-softmax reduced to the
-    sampled tokens before the next model runs: one [batch, tokens, vocab] tensor at a time instead of both models'
-    and their product, which at a real vocabulary (~150k) is what decides whether an evaluation batch fits."""
+    exact=False: only the log-ratio sum (the first list comes back empty), as generation.completion_logprobs of each
+    model in turn: one [batch, tokens, vocab] tensor at a time instead of both models' and their product, which at a
+    real vocabulary (~150k) is what decides whether an evaluation batch fits."""
     import torch
 
-    from rlhf_recipes.generation import _right_padded
+    from rlhf_recipes.generation import _right_padded, completion_logprobs
 
+    if not exact:
+        sums = [[total for total, _ in completion_logprobs(model, prompt_ids, completion_ids, pad_id, batch_size,
+                                                           desc="log-probs for the KL", temperature=temperature)]
+                for model in (policy, ref)]
+        return [], [a - b for a, b in zip(*sums)]
     exact_sums: list[float] = []
     ratio: list[float] = []
     for start in range(0, len(prompt_ids), batch_size):
@@ -77,16 +82,10 @@ def sampled_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[li
             completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
         targets, completion = ids[:, 1:].to(policy.device), completion.to(policy.device)
         with torch.no_grad():  # both on the policy's device
-            logps = []
-            for model in (policy, ref):
-                logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
-                logp = torch.log_softmax(logits[:, :-1].float().to(policy.device) / temperature, -1)
-                logps.append(logp if exact else logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
-                del logits, logp
-        if exact:
-            e, r = sequence_kl(logps[0], logps[1], targets, completion)
-            exact_sums += e
-        else:
-            r = ((logps[0] - logps[1]) * completion.to(logps[0].dtype)).sum(-1).tolist()
+            logps = [torch.log_softmax(model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device))
+                                       .logits[:, :-1].float().to(policy.device) / temperature, -1)
+                     for model in (policy, ref)]
+        e, r = sequence_kl(logps[0], logps[1], targets, completion)
+        exact_sums += e
         ratio += r
     return exact_sums, ratio
