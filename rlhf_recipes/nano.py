@@ -18,7 +18,7 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
               machine, and every RL algorithm has room to show what it does.
   nano-sdpo   nano after `recipes/nano_sdpo_sft.yaml`: taught to read SDPO's teacher prompt (a demonstration in
               context, which SDPO presupposes and the nano base cannot do), with replay of nano's own answers so
-              its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~4 minutes,
+              its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~3 minutes,
               built as the first step of the first such run, or by `rlhf-recipes nano build --sdpo`).
 
 All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
@@ -198,7 +198,7 @@ def nano_model_path() -> str:
 
 
 def nano_sdpo_model_path() -> str:
-    """The nano-sdpo base (nano taught to read SDPO's teacher prompt), BUILT here when missing (~4 min) and cached."""
+    """The nano-sdpo base (nano taught to read SDPO's teacher prompt), BUILT here when missing (~3 min) and cached."""
     return _sft_build(SDPO_SFT_RECIPE, SDPO_BASE_GOAL, _sdpo_base_dir(), nano_model_path, "the nano SDPO base")
 
 

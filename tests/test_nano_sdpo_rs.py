@@ -3,7 +3,7 @@ rejection sampling scored by the task's verifier makes the nano base better at h
 nano-sdpo, whose teacher reads the solution it is shown (the nano base's does not), and runs on real successes (the
 book's threshold, not the tiny profile's stand-in).
 
-The nano base and nano-sdpo (recipes/nano_sdpo_sft.yaml, ~4 minutes of one core) are built once per test session,
+The nano base and nano-sdpo (recipes/nano_sdpo_sft.yaml, ~3 minutes of one core) are built once per test session,
 in the background from its start (conftest.py's `nano_base` and `nano_sdpo_base`), so CI rarely waits for them.
 """
 
@@ -112,7 +112,7 @@ def _answer_logprobs(model_path: Path, words: int) -> list[tuple[float, float]]:
 def test_nano_sdpo_teacher_reads_the_solution(nano_base, nano_sdpo_base):
     """SDPO presupposes a teacher that reads the solution in its prompt. nano-sdpo's does: the oracle answer is more
     likely with SDPO's teacher prompt showing it than with the bare question, for at least 18 of 20 words (measured:
-    40 of 40), where the nano base's is not (measured: 0 of 40). (That its student stays partly competent is checked
+    20 of 20 at 48 rows a step, 40 of 40 at 64), where the nano base's is not (measured: 0 of 40). (That its student stays partly competent is checked
     on the SDPO run's baseline below: the same model on the same held-out problems.)"""
     reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_sdpo_base, 20))
     nano_reads = sum(teacher > student for teacher, student in _answer_logprobs(nano_base, 20))
@@ -127,16 +127,17 @@ def test_sdpo_on_nano_learns_from_groups_with_a_real_success(nano_sdpo_base, tmp
     (from the nano base, whose teacher cannot read, the same run fell 21% -> 2.5%). The start, nano-sdpo, stays partly
     competent on bare questions thanks to its replay rows: its exact match (the baseline) is in the nano base's 10-40%
     band (measured 27%, nano 21%), so SDPO has room to learn.
-    Re-measured from today's nano-sdpo (19.5% held-out exact match, its build's record; nano at 20.0%), training
-    seeds 0 / 1 / 2: exact match +14.5 [+8.5, +20.5] / +13.5 [+7.5, +20.5] / +15.0 [+9.0, +21.5] points, mean score
-    +0.082 [+0.057, ...] / +0.086 [+0.058, ...] / +0.097 [+0.067, ...], ~1 min each: the floors (each paired
-    interval above zero) clear the lowest seed's low ends by 7.5 points and 0.057; the test's seed is fixed."""
+    Re-measured from today's nano-sdpo (48 rows a step, recipes/nano_sdpo_sft.yaml: 18.0% held-out exact match, its
+    build's record; nano at 20.0%), training seeds 42 / 0 / 1: exact match +15.0 [+9.5, +20.5] / +15.0 [+9.5, +20.5]
+    / +18.5 [+13.0, +24.5] points, mean score +0.075 [+0.051, ...] / +0.065 [+0.040, ...] / +0.096 [+0.070, ...],
+    ~1 min each: the floors (each paired interval above zero) clear the lowest seed's low ends by 9.5 points and
+    0.040; the test's seed (42) is fixed."""
     from conftest import assert_base_unmoved
     from rlhf_recipes.run_folder import read_metrics
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main
 
-    assert_base_unmoved(nano_sdpo_base, 0.195, "test_sdpo_on_nano_learns_from_groups_with_a_real_success")
+    assert_base_unmoved(nano_sdpo_base, 0.18, "test_sdpo_on_nano_learns_from_groups_with_a_real_success")
     run = tmp_path / "sdpo"
     assert main([str(RECIPES / "sdpo.yaml"), "--profile", "nano", "--seed", "42", "--output_dir", str(run)]) == 0
     final = json.loads((run / "final_results.json").read_text())
