@@ -9,7 +9,9 @@ generate          n completions per chat (greedy, or sampled with the given sett
 prompt_ids        each chat's prompt token ids, rendered as `generate` renders it.
 chat_ids          a (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers
                   split them (the prompt rendered with the generation prompt; the completion is the rest).
-completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at temperature 1.
+completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at a temperature.
+pair_kl           per completion sampled from one model: the sequence KL to another (the exact next-token KL summed
+                  over its tokens, and the sampled log-ratio sum; sequence_kl on the two models' log-probs).
 """
 
 from __future__ import annotations
@@ -140,24 +142,40 @@ def completion_logprobs(model, prompt_ids: list[list[int]], completion_ids: list
     return out
 
 
-def token_kl(model_p, model_q, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-             batch_size: int) -> list[tuple[float, int]]:
-    """Per completion: (sum over its tokens of KL(p || q) between the two next-token distributions, tokens)."""
+def sequence_kl(policy_logp, ref_logp, ids, mask) -> tuple[list[float], list[float]]:
+    """Per completion (rows of `ids`, sampled from the policy; `mask` 1 on its tokens): (sum over its tokens of
+    KL(pi(.|prefix) || pi_ref(.|prefix)), sum of log pi(y_t) - log pi_ref(y_t) at the sampled tokens).
+    `policy_logp`, `ref_logp`: [batch, tokens, vocab] log-softmax at the positions that predict `ids`.
+    Both sums are unbiased estimates of the sequence KL; the first has less variance and is never negative."""
+    mask = mask.to(policy_logp.dtype)
+    exact = (policy_logp.exp() * (policy_logp - ref_logp)).sum(-1)
+    picked = (policy_logp - ref_logp).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    return (exact * mask).sum(-1).tolist(), (picked * mask).sum(-1).tolist()
+
+
+def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
+            batch_size: int, temperature: float = 1.0) -> list[tuple[float, float, int]]:
+    """Per (prompt, completion sampled from `policy`): sequence_kl's two sums and the completion's token count, both
+    models' next-token distributions at `temperature` (no top-k / top-p cut: a cut would make the KL infinite
+    wherever the two cuts differ), computed on the policy's device."""
     import torch
 
-    out: list[tuple[float, int]] = []
+    out: list[tuple[float, float, int]] = []
     for start in range(0, len(prompt_ids), batch_size):
-        rows = [(p, c) for p, c in zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size])]
-        ids, mask = _right_padded([p + c for p, c in rows], pad_id)
-        logs = []
-        for model in (model_p, model_q):
-            device = next(model.parameters()).device
-            with torch.no_grad():
-                logs.append(torch.log_softmax(model(input_ids=ids.to(device), attention_mask=mask.to(device))
-                                              .logits.float().cpu(), dim=-1))
-        kl = (logs[0].exp() * (logs[0] - logs[1])).sum(-1)  # [batch, positions]
-        for i, (p, c) in enumerate(rows):
-            out.append((float(kl[i, len(p) - 1:len(p) + len(c) - 1].sum()), len(c)))
+        chunk = list(zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]))
+        ids, mask = _right_padded([p + c for p, c in chunk], pad_id)
+        completion = torch.zeros_like(mask[:, 1:])  # 1 where position t predicts a completion token
+        for i, (p, c) in enumerate(chunk):
+            completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
+        device = next(policy.parameters()).device
+        targets, completion = ids[:, 1:].to(device), completion.to(device)
+        with torch.no_grad():
+            logps = [torch.log_softmax(model(input_ids=ids.to(next(model.parameters()).device),
+                                             attention_mask=mask.to(next(model.parameters()).device))
+                                       .logits[:, :-1].float().to(device) / temperature, -1)
+                     for model in (policy, ref)]
+        exact, ratio = sequence_kl(logps[0], logps[1], targets, completion)
+        out += [(e, r, len(c)) for e, r, (_, c) in zip(exact, ratio, chunk)]
     return out
 
 

@@ -48,11 +48,13 @@ def test_best_of_n_pick_equals_the_average_over_every_subset():
 
 
 def test_sequence_kl_on_fixed_tensors():
+    from rlhf_recipes.generation import sequence_kl  # the one KL under sampled_kl and evaluate's quantization KL
+
     p = torch.log(torch.tensor([[[0.75, 0.25], [0.75, 0.25]], [[0.5, 0.5], [0.9, 0.1]]]))
     q = torch.log(torch.tensor([[[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]]]))
     ids = torch.tensor([[0, 1], [1, 0]])
     mask = torch.tensor([[1, 1], [1, 0]])  # the second completion has one token
-    exact, ratio = kl.sequence_kl(p, q, ids, mask)
+    exact, ratio = sequence_kl(p, q, ids, mask)
     token = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
     assert exact == pytest.approx([2 * token, 0.0], abs=1e-6)
     assert ratio == pytest.approx([math.log(1.5) + math.log(0.5), 0.0], abs=1e-6)

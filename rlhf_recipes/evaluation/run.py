@@ -59,7 +59,7 @@ def _free() -> None:
 
 def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int) -> dict[str, float] | None:
     """KL(unquantized || quantized) per token, on the unquantized model's greedy completions of the prompts."""
-    from rlhf_recipes.generation import generate, prompt_text, token_kl
+    from rlhf_recipes.generation import generate, pair_kl, prompt_text
 
     prompts = evaluator.prompts()
     if prompts is None:
@@ -69,11 +69,11 @@ def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int)
     outputs = generate(full, tokenizer, chats, n=1, batch_size=evaluator.options.batch_size,
                        max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc="KL completions", seed=seed)
     prompt_ids = [tokenizer(prompt_text(tokenizer, c, kwargs), add_special_tokens=False)["input_ids"] for c in chats]
-    kl = token_kl(full, quantized, prompt_ids, [o[0]["ids"] for o in outputs], tokenizer.pad_token_id,
-                  evaluator.options.batch_size)
-    tokens = sum(n for _, n in kl)
-    return {"kl_per_token": sum(v for v, _ in kl) / max(tokens, 1),
-            "kl_per_sequence": sum(v for v, _ in kl) / max(len(kl), 1), "kl_prompts": len(kl), "kl_tokens": tokens}
+    kl = pair_kl(full, quantized, prompt_ids, [o[0]["ids"] for o in outputs], tokenizer.pad_token_id,
+                 evaluator.options.batch_size)
+    tokens = sum(n for _, _, n in kl)
+    return {"kl_per_token": sum(v for v, _, _ in kl) / max(tokens, 1),
+            "kl_per_sequence": sum(v for v, _, _ in kl) / max(len(kl), 1), "kl_prompts": len(kl), "kl_tokens": tokens}
 
 
 def per_problem(scores: Scores) -> dict[str, list[float]]:

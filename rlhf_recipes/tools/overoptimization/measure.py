@@ -7,7 +7,7 @@ none of the proxies' pairs or rollouts, the RL prompts or the direct-alignment p
           score_answer on the last <answer>, partial credit in [0, 1]; the book's correctness reward);
   proxy   a learned reward model scoring the completion exactly as the RL reward `rm:<proxy>` does;
   kl      per completion sampled from pi, the sum over its tokens of the exact next-token KL(pi || pi_base), both
-          at the sampling temperature without the cut (lab/kl.py's sequence_kl), averaged: the KL from the base along
+          at the sampling temperature without the cut (lab/kl.py's sampled_kl), averaged: the KL from the base along
           the policy's own samples.
 Every model samples as the RL recipe samples (nano: temperature 0.6, top-k 20, top-p 0.95): the policy as it is
 used, and the base as best-of-n draws from it. Without the cut, the tail of a trained policy's distribution is
