@@ -154,12 +154,14 @@ def sequence_kl(policy_logp, ref_logp, ids, mask) -> tuple[list[float], list[flo
 
 
 def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[int]], pad_id: int,
-            batch_size: int, temperature: float = 1.0) -> list[tuple[float, float, int]]:
+            batch_size: int, temperature: float = 1.0, device=None) -> list[tuple[float, float, int]]:
     """Per (prompt, completion sampled from `policy`): sequence_kl's two sums and the completion's token count, both
     models' next-token distributions at `temperature` (no top-k / top-p cut: a cut would make the KL infinite
-    wherever the two cuts differ), computed on the policy's device."""
+    wherever the two cuts differ), compared on `device` (default: the policy's; "cpu" keeps the two [batch, tokens,
+    vocab] tensors off an accelerator, as the quantization KL of a real model needs)."""
     import torch
 
+    device = device or next(policy.parameters()).device
     out: list[tuple[float, float, int]] = []
     for start in range(0, len(prompt_ids), batch_size):
         chunk = list(zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]))
@@ -167,7 +169,6 @@ def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[
         completion = torch.zeros_like(mask[:, 1:])  # 1 where position t predicts a completion token
         for i, (p, c) in enumerate(chunk):
             completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
-        device = next(policy.parameters()).device
         targets, completion = ids[:, 1:].to(device), completion.to(device)
         with torch.no_grad():
             logps = [torch.log_softmax(model(input_ids=ids.to(next(model.parameters()).device),

@@ -70,7 +70,7 @@ def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int)
                        max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc="KL completions", seed=seed)
     prompt_ids = [tokenizer(prompt_text(tokenizer, c, kwargs), add_special_tokens=False)["input_ids"] for c in chats]
     kl = pair_kl(full, quantized, prompt_ids, [o[0]["ids"] for o in outputs], tokenizer.pad_token_id,
-                 evaluator.options.batch_size)
+                 evaluator.options.batch_size, device="cpu")  # a real vocabulary's log-probs, twice: host memory
     tokens = sum(n for _, _, n in kl)
     return {"kl_per_token": sum(v for v, _, _ in kl) / max(tokens, 1),
             "kl_per_sequence": sum(v for v, _, _ in kl) / max(len(kl), 1), "kl_prompts": len(kl), "kl_tokens": tokens}
