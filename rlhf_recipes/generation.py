@@ -161,7 +161,8 @@ def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[
     vocab] tensors off an accelerator, as the quantization KL of a real model needs)."""
     import torch
 
-    device = device or next(policy.parameters()).device
+    models = [(model, next(model.parameters()).device) for model in (policy, ref)]  # each where its weights are
+    device = device or models[0][1]
     out: list[tuple[float, float, int]] = []
     for start in range(0, len(prompt_ids), batch_size):
         chunk = list(zip(prompt_ids[start:start + batch_size], completion_ids[start:start + batch_size]))
@@ -171,10 +172,9 @@ def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[
             completion[i, len(p) - 1:len(p) + len(c) - 1] = 1
         targets, completion = ids[:, 1:].to(device), completion.to(device)
         with torch.no_grad():
-            logps = [torch.log_softmax(model(input_ids=ids.to(next(model.parameters()).device),
-                                             attention_mask=mask.to(next(model.parameters()).device))
+            logps = [torch.log_softmax(model(input_ids=ids.to(where), attention_mask=mask.to(where))
                                        .logits[:, :-1].float().to(device) / temperature, -1)
-                     for model in (policy, ref)]
+                     for model, where in models]
         exact, ratio = sequence_kl(logps[0], logps[1], targets, completion)
         out += [(e, r, len(c)) for e, r, (_, c) in zip(exact, ratio, chunk)]
     return out
