@@ -151,6 +151,10 @@ class Recipe:
                 return group[key]
         return self.defaults.get(key)
 
+    def has(self, key: str) -> bool:
+        """Whether `key` is a setting of this algorithm's configs (set, or defaulted), without building them."""
+        return key in self.defaults or any(key in group for group in self.typed.values())
+
     def where(self, key: str) -> str:
         """`recipes/x.yaml: `key``-style prefix for a message about one key."""
         return f"{self.origin.get(key, self.source)}: `{key}`"

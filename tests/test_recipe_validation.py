@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 
@@ -12,6 +13,14 @@ from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.data.sources import DataError, normalize_rows
 from rlhf_recipes.registry import ALGORITHMS
 
+# Set by TRL's or transformers' __post_init__ from other values (or normalized: report_to "none" -> []).
+DERIVED_BY_TRL = {"debug", "accelerator_config", "disable_tqdm", "pad_to_multiple_of", "gradient_checkpointing",
+                  "report_to", "steps_per_generation", "generation_batch_size", "do_eval", "epsilon_high",
+                  "activation_checkpointing", "dataset_kwargs"}  # dataset_kwargs: ours (RecipeArgs) and SFTConfig's
+# What `rlhf-recipes evaluate` and the trained-model tools read with recipe.value(), never building TRL's configs.
+READ_WITHOUT_TRL = {"seed", "per_device_eval_batch_size", "max_length", "boxed_rule", "eval_split", "eval_questions",
+                    "eval_max_new_tokens", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
+                    "chat_template_from", "enable_thinking", "chat_template_kwargs", "model_name_or_path", "dtype"}
 ALL_RECIPES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").glob("*.yaml"))
 
 
@@ -23,6 +32,16 @@ def test_every_recipe_resolves(recipe, profile, tmp_path):
     resolved = load_recipe(argv)
     assert resolved.algorithm.name in ALGORITHMS
     assert resolved.resolved["algorithm"] == resolved.algorithm.name
+    # `recipe.value(key)` (what evaluation, chat and export read, without importing TRL) is what the built configs
+    # hold, except the few values TRL's __post_init__ derives or rewrites, which nothing reads through value().
+    differ = set()
+    for key in set(resolved.defaults) | {k for group in resolved.typed.values() for k in group}:
+        owner = next((c for c in (resolved.args, resolved.model, resolved.training) if hasattr(c, key)), None)
+        built = getattr(owner, key, None)
+        if (built.value if isinstance(built, enum.Enum) else built) != resolved.value(key):
+            differ.add(key)
+    assert differ <= DERIVED_BY_TRL, differ - DERIVED_BY_TRL
+    assert not differ & READ_WITHOUT_TRL
 
 
 def test_every_registered_algorithm_has_a_recipe():

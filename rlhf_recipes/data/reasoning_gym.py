@@ -86,7 +86,7 @@ HELDOUT_SEED_OFFSET = 1_000_003
 
 def training_seed(recipe) -> int:
     """The composite's seed: dataset_kwargs.seed, else the recipe's `seed`."""
-    return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.training.seed))
+    return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.value("seed")))
 
 
 def build_rows(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = None) -> "Dataset":

@@ -128,10 +128,9 @@ class Evaluator:
     def chat_template_kwargs(self) -> dict | None:
         """How the recipe renders its prompts: its `enable_thinking` (rejection sampling) or its
         `chat_template_kwargs` (policy gradients, SDPO)."""
-        t = self.recipe.training
-        if hasattr(t, "enable_thinking"):
-            return {"enable_thinking": t.enable_thinking}
-        return getattr(t, "chat_template_kwargs", None)
+        if self.recipe.has("enable_thinking"):
+            return {"enable_thinking": self.recipe.value("enable_thinking")}
+        return self.recipe.value("chat_template_kwargs")
 
     def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
         """One completion of one held-out problem (or of a training row of the same task) graded as score()

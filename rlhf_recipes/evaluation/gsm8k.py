@@ -51,7 +51,7 @@ def boxed_rule(recipe) -> str:
     """The recipe's \\boxed{} rule (rejection sampling's `boxed_rule`); the book's for recipes without one."""
     from custom_losses.rejection_sampling.grading import DEFAULT_BOXED_RULE
 
-    return getattr(recipe.training, "boxed_rule", None) or DEFAULT_BOXED_RULE
+    return recipe.value("boxed_rule") or DEFAULT_BOXED_RULE
 
 
 def grade(completion: str, gold: str, rule: str | None = None) -> dict[str, Any]:
@@ -68,10 +68,10 @@ class Gsm8kEvaluator(Evaluator):
     default_problems = None  # the whole split
 
     def split(self) -> str:
-        return getattr(self.recipe.training, "eval_split", None) or DEFAULT_SPLIT
+        return self.recipe.value("eval_split") or DEFAULT_SPLIT
 
     def num_problems(self) -> int | None:
-        return self.options.num_problems or getattr(self.recipe.training, "eval_questions", None)
+        return self.options.num_problems or self.recipe.value("eval_questions")
 
     def build_data(self):
         from rlhf_recipes.data import load_splits
@@ -87,9 +87,8 @@ class Gsm8kEvaluator(Evaluator):
         return kept, data
 
     def max_new_tokens(self) -> int:
-        t = self.recipe.training
-        return (self.options.max_new_tokens or getattr(t, "eval_max_new_tokens", None)
-                or getattr(t, "max_completion_length", None) or 512)
+        value = self.recipe.value
+        return self.options.max_new_tokens or value("eval_max_new_tokens") or value("max_completion_length") or 512
 
     def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
         return grade(completion, problem["answer"], boxed_rule(self.recipe))

@@ -45,7 +45,7 @@ def quantization_config(quantize: str | None):
 def load_kwargs(recipe, options: EvalOptions) -> dict:
     import torch
 
-    dtype = options.dtype or recipe.model.dtype
+    dtype = options.dtype or recipe.value("dtype")
     kwargs: dict = {"dtype": getattr(torch, dtype) if dtype not in (None, "auto") else dtype}
     quantization = quantization_config(options.quantize)
     if quantization is not None:
@@ -61,7 +61,7 @@ def tokenizer_for(path: str, recipe):
     from rlhf_recipes.models import resolve_model_path
 
     source = path if any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")) else \
-        resolve_model_path(recipe.model.model_name_or_path)
+        resolve_model_path(recipe.value("model_name_or_path"))
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -51,13 +51,13 @@ class PreferenceEvaluator(Evaluator):
             from rlhf_recipes.evaluation.loading import load_causal_lm
 
             options = EvalOptions(**{**self.options.settings(), "quantize": None})
-            self._reference = load_causal_lm(self.recipe.model.model_name_or_path, self.recipe, options)
+            self._reference = load_causal_lm(self.recipe.value("model_name_or_path"), self.recipe, options)
         return self._reference
 
     def logprobs(self, model, tokenizer, problems) -> dict[str, list[tuple[float, int]]]:
         from rlhf_recipes.generation import chat_ids, completion_logprobs
 
-        max_length = getattr(self.recipe.training, "max_length", None)
+        max_length = self.recipe.value("max_length")
         out = {}
         for side in ("chosen", "rejected"):
             pairs = [chat_ids(tokenizer, list(r["prompt"]), list(r[side])) for r in problems]
@@ -84,8 +84,7 @@ class PreferenceEvaluator(Evaluator):
         }
         scores = Scores(per_problem=per_problem, rates=frozenset({"logprob_accuracy"}),
                         decoding={"implicit_reward": "mean token log-prob" if reference_free else f"beta {beta} x "
-                                  "log-ratio to the reference", "max_length": getattr(self.recipe.training,
-                                                                                      "max_length", None)})
+                                  "log-ratio to the reference", "max_length": self.recipe.value("max_length")})
         if self.options.judge:
             self.judge(model, tokenizer, problems, scores)
         return scores

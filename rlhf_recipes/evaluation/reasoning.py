@@ -63,14 +63,15 @@ class ReasoningGymEvaluator(Evaluator):
         return kept, data
 
     def max_new_tokens(self) -> int:
-        t = self.recipe.training  # the evaluation's own budget (rejection sampling), else the completion budget
-        return (self.options.max_new_tokens or getattr(t, "eval_max_new_tokens", None)
-                or getattr(t, "max_completion_length", None) or 256)
+        # the evaluation's own budget (rejection sampling), else the completion budget
+        value = self.recipe.value
+        return self.options.max_new_tokens or value("eval_max_new_tokens") or value("max_completion_length") or 256
 
     def sampling(self) -> dict[str, Any]:
-        t = self.recipe.training
-        return {"temperature": getattr(t, "temperature", 1.0), "top_p": getattr(t, "top_p", 1.0),
-                "top_k": getattr(t, "top_k", None) or None, "min_p": getattr(t, "min_p", None) or None}
+        value = self.recipe.value
+        return {"temperature": value("temperature") if self.recipe.has("temperature") else 1.0,
+                "top_p": value("top_p") if self.recipe.has("top_p") else 1.0,
+                "top_k": value("top_k") or None, "min_p": value("min_p") or None}
 
     def prompts(self):
         problems, _ = self.data()

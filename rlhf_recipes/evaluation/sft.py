@@ -26,7 +26,7 @@ class SftEvaluator(Evaluator):
 
     def load(self, path: str):
         model, tokenizer = super().load(path)
-        template_from = getattr(self.recipe.training, "chat_template_from", None)
+        template_from = self.recipe.value("chat_template_from")
         if tokenizer.chat_template is None and template_from:  # a base model: the template training copied
             from rlhf_recipes.models import copy_chat_template
 
@@ -43,7 +43,7 @@ class SftEvaluator(Evaluator):
         from rlhf_recipes.generation import chat_ids, generate, throughput
 
         problems, _ = self.data()
-        max_length = getattr(self.recipe.training, "max_length", None)
+        max_length = self.recipe.value("max_length")
         nll, tokens, correct = [], [], []
         device = next(model.parameters()).device
         for row in tqdm(problems, desc="held-out loss", unit="conversation"):

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             raise RecipeError("--quantize compares the model with its quantized self; run --baseline separately")
         if args.model.is_dir():  # a folder without a saved model is named before the recipe is built (seconds)
             check_model(args.model)
-        recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides])
+        # TRL's config classes are not built (~3 s of imports): evaluation reads its settings with recipe.value()
+        recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides], construct=False)
         check_model(args.model)
         name = args.name or split
         output = args.output or default_output(args.model, name)

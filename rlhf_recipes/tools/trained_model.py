@@ -45,7 +45,7 @@ class TrainedModel:
         """The model the run started from (the reference policy), as a loadable path or hub id."""
         from rlhf_recipes.models import resolve_model_path
 
-        return resolve_model_path(self.recipe.model.model_name_or_path)
+        return resolve_model_path(self.recipe.value("model_name_or_path"))
 
     @property
     def chat_template_kwargs(self) -> dict[str, Any]:
@@ -69,7 +69,7 @@ class TrainedModel:
             return load_policy(self.folder, dtype or "auto", device=None)
         from peft import PeftModel
 
-        base = load_policy(self.base_model, dtype or self.recipe.model.dtype or "auto", device=None)
+        base = load_policy(self.base_model, dtype or self.recipe.value("dtype") or "auto", device=None)
         model = PeftModel.from_pretrained(base, str(self.folder))
         return model.merge_and_unload() if merge else model
 
