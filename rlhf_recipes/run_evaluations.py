@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlhf_recipes.config import load_recipe
+from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.evaluation.base import EvalOptions
 from rlhf_recipes.evaluation.callback import PeriodicEvaluation
 from rlhf_recipes.evaluation.target import Goal, HeldoutTarget
@@ -38,10 +39,14 @@ def heldout_target(recipe, argv: list[str]) -> HeldoutTarget | None:
     goal = recipe.args.heldout_target
     if goal is None:
         return None
-    goal = Goal(**{**goal, "band": tuple(goal.get("band", (0.0, 1.0)))})
+    try:
+        goal = Goal(**{**goal, "band": tuple(goal.get("band", (0.0, 1.0)))})
+    except (TypeError, ValueError) as e:
+        raise RecipeError(f"{recipe.where('heldout_target')}: {e} (fields: {', '.join(Goal.__dataclass_fields__)})") \
+            from None
     # Loading this recipe resolves no model (construct=False): the base being built is not asked for.
     judge = load_recipe([str(recipe_path(goal.recipe)), "--profile", "nano"], construct=False)
-    evaluator = evaluator_for(judge, EvalOptions(name="base_target", num_problems=goal.problems,
+    evaluator = evaluator_for(judge, EvalOptions(name="base_target", split=goal.split, num_problems=goal.problems,
                                                  batch_size=EVAL_BATCH_SIZE, samples=0))
     evaluator.data()  # the held-out problems, built before training starts
     overrides = list(argv[1:])

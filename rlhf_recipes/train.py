@@ -145,12 +145,12 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
         from rlhf_recipes.model_checks import check_prompt_positions
 
         check_prompt_positions(recipe, tokenizer, train)
-    model = family.load_model(recipe, tokenizer)
-    callbacks, interrupt, health = run_callbacks(recipe, folder)
     from rlhf_recipes.run_evaluations import heldout_target, periodic_evaluation
 
-    periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before training starts
+    periodic = periodic_evaluation(recipe)  # eval_every: the held-out problems are built before the model loads
     target = heldout_target(recipe, list(argv))  # the recipe's heldout_target: train to it, keep that checkpoint
+    model = family.load_model(recipe, tokenizer)
+    callbacks, interrupt, health = run_callbacks(recipe, folder)
     attached = [c for c in (periodic, target, *extra_callbacks) if c is not None]
     callbacks += attached
     trainer = family.build_trainer(recipe, model, tokenizer, train, eval, callbacks)

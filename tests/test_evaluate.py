@@ -261,6 +261,38 @@ def test_pass_at_k_is_the_unbiased_estimator():
         assert intervals.pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
 
 
+def test_validation_problems_are_apart_from_the_test_problems_and_from_every_demonstration():
+    """`--split validation` (where a choice is made, e.g. the nano base's checkpoint) and the test problems (what the
+    tables report) never share a problem, neither is a training prompt, the test problems are the first N of their
+    draw whatever N, and the validation problems lie inside the 2000 held-out draws the nano SFT recipes exclude
+    from the base's demonstrations (recipes/nano_sft.yaml `exclude`)."""
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.data.reasoning_gym import VALIDATION_FROM, build_rows
+    from rlhf_recipes.evaluation import EvalOptions
+    from rlhf_recipes.registry import evaluator_for
+    from rlhf_recipes.yaml_files import read_yaml
+
+    recipe = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--output_dir", "unused"],
+                         construct=False)
+
+    def questions(split, n):
+        problems, data = evaluator_for(recipe, EvalOptions(split=split, num_problems=n)).data()
+        assert data["split"] == split and data["problems"] == n == len({r["prompt"][-1]["content"] for r in problems})
+        return [r["prompt"][-1]["content"] for r in problems]
+
+    test, validation = questions("heldout", VALIDATION_FROM), questions("validation", 200)
+    assert not set(test) & set(validation)
+    assert questions("heldout", 200) == test[:200]  # the tables' 200 are the first of the draw
+    trained = {row["prompt"][-1]["content"] for row in load_splits(recipe)[0]}
+    assert not set(validation) & trained
+    exclude = read_yaml(RECIPES / "nano_sft.yaml")["dataset_kwargs"]["exclude"]
+    excluded = {r["prompt"][-1]["content"] for r in build_rows(recipe, exclude["size"], exclude["seed"])}
+    assert set(validation) <= excluded and set(test) <= excluded
+    with pytest.raises(Exception, match=f"at most {VALIDATION_FROM}"):
+        questions("heldout", VALIDATION_FROM + 1)  # more would reach into the validation problems
+
+
 # --- bad input: one line, exit 2, before any model loads ------------------------------------------
 
 
@@ -278,6 +310,10 @@ def test_pass_at_k_is_the_unbiased_estimator():
     (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny"], "--output"),
     (["tiny", "--recipe", RECIPES / "hh_grpo.yaml", "--profile", "tiny", "--output", "x.json"],
      "no held-out evaluation"),
+    (["tiny", "--recipe", RECIPES / "dpo.yaml", "--profile", "tiny", "--split", "validation", "--output", "x.json"],
+     "--split validation: a `dpo` run's evaluation"),
+    (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny", "--split", "all", "--output", "x.json"],
+     "has the split(s) heldout, validation"),
 ])
 def test_bad_input_is_one_line(argv, expected, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

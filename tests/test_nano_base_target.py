@@ -63,6 +63,23 @@ def test_a_goal_whose_target_lies_outside_its_band_is_refused():
         goal(target=0.3)
     with pytest.raises(ValueError, match="at least 1"):
         goal(every=0)
+    with pytest.raises(ValueError, match="expected heldout .* or validation"):
+        goal(split="valid")
+
+
+@pytest.mark.parametrize("field, says", [('"split": "valid"', "split 'valid'"),
+                                         ('"splt": "validation"', "unexpected keyword argument 'splt'")])
+def test_a_bad_heldout_target_names_the_key_before_any_model_loads(field, says):
+    """The recipe key's goal, wrong: a RecipeError naming `heldout_target` and the goal's fields (the runner prints
+    it as one line), raised where the run builds its callbacks, before the model loads (rlhf_recipes/train.py)."""
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.errors import RecipeError
+    from rlhf_recipes.run_evaluations import heldout_target
+
+    recipe = load_recipe([str(RECIPES / "nano_sft.yaml"), "--heldout_target", f'{{"target": 0.2, {field}}}',
+                          "--output_dir", "unused"], construct=False)
+    with pytest.raises(RecipeError, match=f"`heldout_target`: .*{says}.*fields: target, band, .*split"):
+        heldout_target(recipe, [str(RECIPES / "nano_sft.yaml")])
 
 
 def test_the_base_cache_key_follows_the_goal(monkeypatch):

@@ -82,6 +82,11 @@ def parse_task_specs(kwargs: dict[str, Any], where: str) -> list[dict[str, Any]]
 # The held-out draw of a recipe's composite (evaluation/reasoning.py, and the held-out pairs and rollouts that
 # nano's sampled sources build): seed = training seed + this, a prime far from any seed a recipe sets.
 HELDOUT_SEED_OFFSET = 1_000_003
+# That draw in two parts that never overlap: its first VALIDATION_FROM distinct problems are the test problems (what
+# every table reports: the first N of them), the ones from VALIDATION_FROM on are the validation problems, on which
+# a choice is made (`rlhf-recipes evaluate --split validation`; a held-out target's `split: validation`, the nano
+# base's). Both lie inside the 2000 that the nano SFT recipes exclude from their demonstrations.
+VALIDATION_FROM = 1000
 
 
 def training_seed(recipe) -> int:

@@ -88,6 +88,7 @@ class Evaluator:
 
     kind = ""  # what it measures, for the result and the docs
     default_problems = 200
+    splits = ("heldout",)  # what `--split` may name (EvalOptions.split)
 
     def __init__(self, recipe, options: EvalOptions):
         self.recipe = recipe

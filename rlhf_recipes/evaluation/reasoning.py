@@ -8,6 +8,8 @@ question that also appears there is skipped and another drawn; the count of skip
 Prompts are built by the data adapter itself (rlhf_recipes/data/reasoning_gym.build_rows: the same system
 prompt), rendered with the recipe's chat_template_kwargs, and scored by reasoning-gym's own score_answer on
 the text of the last <answer> tag (rewards/reasoning_tasks.py, the training reward's code path).
+`--split validation`: the problems of the same draw from position VALIDATION_FROM on (the test problems are its first
+VALIDATION_FROM, so the two never share a problem): where a choice is made, e.g. the nano base's checkpoint.
 
 Per problem, greedy: score (partial credit), exact (score == 1), format (all four tags), length (tokens);
 with k > 0, k completions sampled at the recipe's temperature / top_p / top_k / min_p: pass@k (unbiased
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET  # held-out seed = training seed + this
+# held-out seed = training seed + HELDOUT_SEED_OFFSET; its problems from VALIDATION_FROM on are the validation split
+from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET, VALIDATION_FROM
 from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
 from rlhf_recipes.evaluation.intervals import pass_at_k
 
@@ -26,15 +29,21 @@ from rlhf_recipes.evaluation.intervals import pass_at_k
 class ReasoningGymEvaluator(Evaluator):
     kind = "reasoning-gym held-out problems, scored by the task's score_answer"
     default_problems = 200
+    splits = ("heldout", "validation")
 
     def build_data(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         from rlhf_recipes.data.reasoning_gym import build_rows, questions, training_seed
 
         recipe, n = self.recipe, self.num_problems()
+        if n > VALIDATION_FROM:
+            raise EvalError(f"--num_problems {n}: at most {VALIDATION_FROM} reasoning-gym problems (the held-out "
+                            f"draw's problems from {VALIDATION_FROM} on are the validation split)")
+        start = VALIDATION_FROM if self.options.split == "validation" else 0
         seed = training_seed(recipe)
         trained = questions(recipe, recipe.args.num_samples or 0, seed)
         heldout_seed = seed + HELDOUT_SEED_OFFSET
-        size = n + max(8, n // 4)
+        wanted = start + n  # distinct non-training problems of the draw, of which the last n are this split's
+        size = wanted + max(8, wanted // 4)
         while True:
             rows = build_rows(recipe, size, heldout_seed)
             kept, overlaps, seen = [], 0, set()
@@ -45,21 +54,24 @@ class ReasoningGymEvaluator(Evaluator):
                     continue
                 seen.add(question)
                 kept.append(row)
-                if len(kept) == n:
+                if len(kept) == wanted:
                     break
-            if len(kept) == n or size >= 16 * (n + 8):
+            if len(kept) == wanted or size >= 16 * (wanted + 8):
                 break
             size *= 2
+        kept = kept[start:]
         if not kept:
             raise EvalError(f"{recipe.source}: every held-out problem drawn also appears in training; the task "
                             "config has too few distinct questions for a held-out split")
         assert not {r["prompt"][-1]["content"] for r in kept} & trained  # the held-out promise
         data = {"source": "reasoning_gym", "tasks": (recipe.args.dataset_kwargs or {}).get("tasks"),
-                "split": "heldout", "seed": heldout_seed, "training_seed": seed,
+                "split": "validation" if start else "heldout", "seed": heldout_seed, "training_seed": seed,
                 "training_problems": recipe.args.num_samples, "problems": len(kept),
                 "overlaps_dropped": overlaps,
                 "construction": f"the recipe's composite drawn with seed {seed} + {HELDOUT_SEED_OFFSET}; questions "
-                                "that appear among the training questions skipped (and counted), others drawn"}
+                                "that appear among the training questions skipped (and counted), others drawn"
+                                + (f"; the validation split: its distinct problems {start + 1}-{start + len(kept)} (the "
+                                   f"first {VALIDATION_FROM} are the test problems)" if start else "")}
         return kept, data
 
     def max_new_tokens(self) -> int:

@@ -23,6 +23,7 @@ from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
 class RewardModelEvaluator(Evaluator):
     kind = "reward model on its held-out split"
     default_problems = None
+    splits = ("heldout", "all")
 
     def __init__(self, recipe, options, load_model):
         super().__init__(recipe, options)

@@ -5,8 +5,9 @@ puts it (the nano base at 145 steps: 21% held-out exact match on one CPU, 14.5% 
 measurement instead, it lands at the same accuracy on every machine, give or take the curve's rise between two
 evaluations. The rule (`TargetSelection`, pure; `select` runs it over a whole curve):
   - evaluate every `every` optimizer steps on `problems` fixed held-out problems (greedy, the evaluator the nano
-    tables use), and every `fine_every` steps from the first evaluation at or above `fine_from` on (cheap while the
-    model is far below the band, fine where the curve is steep);
+    tables use; `split: validation`: problems of the same draw that no table reports), and every `fine_every` steps
+    from the first evaluation at or above `fine_from` on (cheap while the model is far below the band, fine where the
+    curve is steep);
   - keep the checkpoint whose value is closest to `target` among those inside `band` (the earliest on a tie);
   - stop at the first evaluation above the band (the curve rises; later checkpoints are further away);
   - no checkpoint inside the band (the run ended below it, or one evaluation jumped over it): an error that shows
@@ -42,11 +43,14 @@ class Goal:
     problems: int = 200  # the first N held-out problems (the nano tables: 200)
     metric: str = "exact_match"
     recipe: str = "grpo"  # whose held-out evaluator (recipes/<recipe>.yaml --profile nano; the nano-book tables')
+    split: str = "heldout"  # "validation": measured on problems the tables never report (evaluation/reasoning.py)
 
     def __post_init__(self):
         low, high = self.band
         if self.target is not None and not low <= self.target <= high:
             raise ValueError(f"target {self.target} lies outside its band [{low}, {high}]")
+        if self.split not in ("heldout", "validation"):
+            raise ValueError(f"split {self.split!r}: expected heldout (the test problems) or validation")
         if min(self.every, self.fine_every, self.problems) < 1:
             raise ValueError(f"every ({self.every}), fine_every ({self.fine_every}) and problems ({self.problems}) "
                              "must be at least 1")
@@ -153,7 +157,8 @@ def write_record(folder: Path, goal: Goal, evaluator, step: int, value: float, i
     record = {
         "what": f"held-out {goal.metric} of this model, measured while it was built (greedy, "
                 f"`rlhf-recipes evaluate MODEL --recipe recipes/{goal.recipe}.yaml --profile nano "
-                f"--num_problems {goal.problems} --batch_size {evaluator.options.batch_size}` gives the same)",
+                f"--num_problems {goal.problems} --batch_size {evaluator.options.batch_size}"
+                + (" --split validation" if goal.split == "validation" else "") + "` gives the same)",
         "metric": goal.metric, "value": value, "interval": [interval["low"], interval["high"]],
         "interval_method": interval["method"], "step": step, "steps_trained": trained, "goal": goal.describe(),
         "rule": "closest to target inside band, stop at the first evaluation above it" if goal.target is not None

@@ -93,6 +93,9 @@ class Family:
                             f"`{recipe.args.dataset}` (held-out tasks: reasoning_gym, gsm8k; the HH runs are evaluated "
                             "side by side by `rlhf-recipes pipeline hh --evaluate-only`)")
         evaluator.family_name = self.name
+        if options.split not in evaluator.splits:
+            raise EvalError(f"--split {options.split}: a `{recipe.algorithm.name}` run's evaluation ({evaluator.kind}) "
+                            f"has the split(s) {', '.join(evaluator.splits)}")
         evaluator.check()
         return evaluator
 

@@ -32,7 +32,7 @@ from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import CONFIG_FILE, EVAL_SUBDIR, has_config
 from rlhf_recipes.tools.lab.document import number
 
-SPLITS = ("heldout", "eval", "all")  # eval: the former name of heldout (the reward models' held-out split)
+SPLITS = ("heldout", "eval", "all", "validation")  # eval: the former name of heldout (the reward models' held-out split)
 
 
 def find_recipe(model: Path, given: str | None) -> str:
@@ -83,7 +83,9 @@ def parse(argv: list[str]):
     parser.add_argument("--judge", help="rm:PATH: a reward model that judges the policy against the reference "
                         "(direct alignment)")
     parser.add_argument("--split", choices=SPLITS, default="heldout",
-                        help="heldout (default); all: every row the recipe reads (reward models)")
+                        help="heldout (default: the test problems); all: every row the recipe reads (reward models); "
+                        "validation: reasoning-gym problems apart from the test ones, for choosing (a checkpoint, a "
+                        "setting) without touching what is reported")
     parser.add_argument("--name", help="the result's name: RUN_DIR/eval/<name>.json (default: the split)")
     parser.add_argument("--output", type=Path, help="where to write the JSON instead")
     return parser.parse_known_args(argv)
