@@ -88,6 +88,11 @@ def test_reasoning_heldout_shares_no_prompt_with_training():
     assert not set(heldout) & trained
     assert data["overlaps_dropped"] > 0 and data["seed"] != data["training_seed"]
     assert problems[0]["prompt"][0]["role"] == "system"  # the adapter's own prompt: the training system prompt
+    # ~1200 three-letter words: 2000 training draws leave fewer than the 1000 test problems, so no validation split
+    crowded = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "tiny", "--num_samples", "2000",
+                           "--dataset_kwargs", tasks], construct=False)
+    with pytest.raises(Exception, match="no validation split"):
+        evaluator_for(crowded, EvalOptions(split="validation", num_problems=40)).data()
 
 
 def test_grpo_before_after_end_to_end(runs, capsys):

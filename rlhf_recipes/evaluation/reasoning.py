@@ -59,6 +59,9 @@ class ReasoningGymEvaluator(Evaluator):
             if len(kept) == wanted or size >= 16 * (wanted + 8):
                 break
             size *= 2
+        if start and len(kept) <= start:
+            raise EvalError(f"{recipe.source}: the task config has {len(kept)} distinct held-out problems, all of them "
+                            f"test problems (the first {VALIDATION_FROM}): no validation split; use --split heldout")
         kept = kept[start:]
         if not kept:
             raise EvalError(f"{recipe.source}: every held-out problem drawn also appears in training; the task "
