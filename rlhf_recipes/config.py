@@ -144,12 +144,13 @@ class Recipe:
     def training(self):
         return _construct(import_object(self.algorithm.config_class), self.typed["training"], self.source)
 
-    def value(self, key: str) -> Any:
-        """A setting without building the configs: the recipe's value, else the class default."""
+    def value(self, key: str, default: Any = None) -> Any:
+        """A setting without building the configs: the recipe's value, else the class default; `default` where the
+        algorithm's configs have no such setting."""
         for group in self.typed.values():
             if key in group:
                 return group[key]
-        return self.defaults.get(key)
+        return self.defaults.get(key, default)
 
     def has(self, key: str) -> bool:
         """Whether `key` is a setting of this algorithm's configs (set, or defaulted), without building them."""

@@ -73,8 +73,8 @@ class ReasoningGymEvaluator(Evaluator):
                 "overlaps_dropped": overlaps,
                 "construction": f"the recipe's composite drawn with seed {seed} + {HELDOUT_SEED_OFFSET}; questions "
                                 "that appear among the training questions skipped (and counted), others drawn"
-                                + (f"; the validation split: its distinct problems {start + 1}-{start + len(kept)} (the "
-                                   f"first {VALIDATION_FROM} are the test problems)" if start else "")}
+                                + (f"; the validation split: its distinct problems {start + 1}-{start + len(kept)} "
+                                   f"(the first {VALIDATION_FROM} are the test problems)" if start else "")}
         return kept, data
 
     def max_new_tokens(self) -> int:
@@ -84,8 +84,7 @@ class ReasoningGymEvaluator(Evaluator):
 
     def sampling(self) -> dict[str, Any]:
         value = self.recipe.value
-        return {"temperature": value("temperature") if self.recipe.has("temperature") else 1.0,
-                "top_p": value("top_p") if self.recipe.has("top_p") else 1.0,
+        return {"temperature": value("temperature", 1.0), "top_p": value("top_p", 1.0),
                 "top_k": value("top_k") or None, "min_p": value("min_p") or None}
 
     def prompts(self):

@@ -32,7 +32,8 @@ from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import CONFIG_FILE, EVAL_SUBDIR, has_config
 from rlhf_recipes.tools.lab.document import number
 
-SPLITS = ("heldout", "eval", "all", "validation")  # eval: the former name of heldout (the reward models' held-out split)
+# eval: the former name of heldout (the reward models' held-out split)
+SPLITS = ("heldout", "eval", "all", "validation")
 
 
 def find_recipe(model: Path, given: str | None) -> str:
