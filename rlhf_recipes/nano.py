@@ -21,10 +21,15 @@ recipes LEARN the book's task (reasoning-gym spell_backward) on a CPU in minutes
               its bare-question accuracy stays near nano's; the start of `--profile nano` SDPO runs (~3 minutes,
               built as the first step of the first such run, or by `rlhf-recipes nano build --sdpo`).
 
-All three are cached under the cache root (tiny.cache_root) keyed by a fingerprint of everything that goes into
-them (shapes, seed, tokens, template, the SFT recipe's values, the held-out goal); a file lock makes concurrent
-callers wait for one build instead of running the SFT several times. Each SFT build leaves its record
-(base_target.json: the measured held-out accuracy, the step kept, the curve, the machine) beside the model.
+All three are keyed by a fingerprint of everything that goes into them (shapes, seed, tokens, template, the SFT
+recipe's values, the held-out goal). The two SFT bases SHIP with the checkout (reference_runs/nano/bases/<name>-
+<fingerprint>/, ~3 MB each, built once by `rlhf-recipes nano build --sdpo` and copied there by `rlhf-recipes nano
+ship`): every machine starts from the same weights, bit for bit (a build to the same target kept step 130 on one
+CPU and 132 on another), and a first nano run or a CI run trains no base. A checkout whose recipe or build no longer
+matches the shipped fingerprint builds its own under the cache root (tiny.cache_root), where nano-init always is; a
+file lock makes concurrent callers wait for one build instead of running the SFT several times. Each SFT build
+leaves its record (base_target.json: the measured held-out accuracy, the step kept, the curve, the machine) beside
+the model.
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from rlhf_recipes.paths import REFERENCE_RUNS_DIR, REPO_ROOT
 from rlhf_recipes.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, build_cached, cache_root, save_random_qwen3
 
 logger = logging.getLogger(__name__)
@@ -76,7 +84,7 @@ SEED = 0
 # checkpoint closest to 20% inside [15%, 25%] is kept; the build stops at the first evaluation above 25%. The
 # record lands beside the model (evaluation/target.py RECORD).
 BASE_GOAL = {"target": 0.20, "band": [0.15, 0.25], "every": 10, "fine_from": 0.05, "fine_every": 1,
-             "problems": 200, "metric": "exact_match", "recipe": "grpo"}
+             "problems": 200, "metric": "exact_match", "recipe": "grpo", "split": "validation"}
 # nano-sdpo trains its fixed 300 steps (its teacher-reading needs them; its bare-question accuracy is flat there,
 # 24 / 28 / 24.5% at 100 / 200 / 300 steps, not steep) and is measured once at the end, on the SDPO recipe's
 # held-out problems, so its record says where it landed too.
@@ -183,12 +191,26 @@ def _sft_build(recipe_name: str, goal: dict, target: Path, start_path, what: str
                                  f"held-out target -> {target}")
 
 
+SHIPPED_BASES = REFERENCE_RUNS_DIR / "nano" / "bases"  # the shipped builds, one folder per base (name-fingerprint)
+# What a shipped base keeps of its build folder: the model, its tokenizer, and the build's record (resolved recipe,
+# training curve, held-out target record); not the logs, the model card or the pickled trainer arguments.
+SHIPPED_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja", "config.yaml", "metrics.jsonl",
+                 "final_results.json", "base_target.json")
+
+
+def _build_folder(name: str) -> Path:
+    """The shipped build when the checkout holds the current one, else the cache's (built there when missing)."""
+    shipped = SHIPPED_BASES / name
+    return shipped if (shipped / "config.json").exists() else cache_root() / name
+
+
 def _base_dir() -> Path:
-    return cache_root() / f"nano-sft-{base_fingerprint()}"
+    return _build_folder(f"nano-sft-{base_fingerprint()}")
 
 
 def _sdpo_base_dir() -> Path:
-    return cache_root() / f"nano-sdpo-{sdpo_base_fingerprint()}"
+    return _build_folder(f"nano-sdpo-{sdpo_base_fingerprint()}")
 
 
 def nano_model_path() -> str:
@@ -223,15 +245,47 @@ def built_base_path(model_name: str) -> str:
     return str(folder)
 
 
+def ship_bases() -> list[Path]:
+    """Copy both bases' current builds (built first where missing) into SHIPPED_BASES, replacing the shipped ones:
+    what a maintainer runs, and commits, after a change to a base's recipe or build. Paths in the resolved recipe
+    are written relative to the checkout, as in every shipped run."""
+    shipped = []
+    builds = {"nano-sft": nano_model_path(), "nano-sdpo": nano_sdpo_model_path()}  # the current fingerprints
+    for prefix, built in builds.items():
+        built = Path(built)
+        target = SHIPPED_BASES / built.name
+        for stale in SHIPPED_BASES.glob(f"{prefix}-*"):
+            if stale != target:
+                shutil.rmtree(stale)
+        if built == target:  # already the shipped one
+            shipped.append(target)
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        for name in SHIPPED_FILES:
+            shutil.copyfile(built / name, target / name)
+        resolved = target / "config.yaml"
+        text = re.sub(r"\S*/\.building-[\w-]+", str(target.relative_to(REPO_ROOT)), resolved.read_text())
+        resolved.write_text(text.replace(f"{REPO_ROOT}/", ""))
+        shipped.append(target)
+    return shipped
+
+
 def cli(argv: list[str] | None = None) -> int:
     """`rlhf-recipes nano build [--sdpo]`: build the nano base (and with --sdpo the nano-sdpo base) now, if missing,
-    and print where each is. Every --profile nano run does this first; this runs it alone (e.g. before a sweep)."""
+    and print where each is. Every --profile nano run does this first; this runs it alone (e.g. before a sweep).
+    `rlhf-recipes nano ship` copies both builds into the checkout (reference_runs/nano/bases/) for a commit."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="rlhf-recipes nano", description=cli.__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["build"], help="build: the nano bases a --profile nano run starts from")
+    parser.add_argument("action", choices=["build", "ship"],
+                        help="build: the nano bases a --profile nano run starts from (the shipped ones where current); "
+                             "ship: copy both builds into reference_runs/nano/bases/ (maintainers, then commit)")
     parser.add_argument("--sdpo", action="store_true", help="also the nano-sdpo base (SDPO's nano runs start there)")
     args = parser.parse_args(argv)
+    if args.action == "ship":
+        for folder in ship_bases():
+            print(f"shipped {folder}")
+        return 0
     print(f"{BASE}: {nano_model_path()}")
     if args.sdpo:
         print(f"{SDPO_BASE}: {nano_sdpo_model_path()}")

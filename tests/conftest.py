@@ -245,7 +245,9 @@ NANO_FIXTURES = {"nano_base": "nano_model_path", "nano_sdpo_base": "nano_sdpo_mo
 def _start_nano_prebuild(items, log_path: Path) -> subprocess.Popen | None:
     """Build the nano bases that these tests need in a background process, so that a CI run (one single-threaded
     test process on a 2-core machine) trains them on the idle core while the tests before the first nano test run:
-    about 1 min (nano) + 3 min (nano-sdpo) of one core, which the session otherwise waited for. The fixtures below
+    about 1 min (nano) + 3 min (nano-sdpo) of one core, which the session otherwise waited for. A checkout that ships
+    today's bases (reference_runs/nano/bases/, tests/test_nano.py checks they are current) trains none: the process
+    finds them and exits in seconds. The fixtures below
     wait on rlhf_recipes/nano.py's file lock and reuse the build: the same build, by the same code, as without this.
     Not niced: a niced build that a fixture waits for would crawl on a machine shared with other work, and in CI it
     is done within the first few minutes, before most multi-process tests (test_multinode, test_scale, ...) start."""
@@ -260,7 +262,7 @@ def _start_nano_prebuild(items, log_path: Path) -> subprocess.Popen | None:
 
 @pytest.fixture(scope="session")
 def nano_base() -> Path:
-    """The nano SFT base (recipes/nano_sft.yaml), built once per cache (usually by the prebuild above)."""
+    """The nano SFT base (recipes/nano_sft.yaml): the shipped one, else built once per cache (by the prebuild)."""
     from rlhf_recipes.nano import nano_model_path
 
     return Path(nano_model_path())

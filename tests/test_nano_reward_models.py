@@ -17,12 +17,13 @@ from conftest import RECIPES
 
 # One epoch instead of the nano profile's two: 225 optimizer steps of 32 rollouts, on the profile's 1000 prompts x 8.
 SHORT = ["--profile", "nano", "--num_train_epochs", "1"]
-# Measured from the target-built base (20.0%), one epoch, best-of-8 over a random pick on 200 held-out problems:
-# training seed 7 (the recipe's, this test) +0.051 [+0.018, +0.086]; seeds 0 / 1 / 2 +0.031 [-0.003, +0.066] /
-# +0.016 [-0.017, +0.049] / +0.046 [+0.011, +0.085] (random pick 15.9% on each). Every seed gains, but at one epoch
-# the paired interval reaches below zero on two of three seeds: a floor on it would fail whenever a change moves the
-# run as a seed does. The floor is half the lowest seed's gain (a margin of 0.008).
-MARGIN = 0.008
+# Measured from the shipped base (19.5% on the validation problems), one epoch, best-of-8 over a random pick on 200
+# held-out problems: training seed 7 (the recipe's, this test) +0.030 [-0.004, +0.064]; seeds 0 / 1 / 2 +0.050
+# [+0.016, +0.084] / +0.035 [-0.000, +0.073] / +0.010 [-0.021, +0.042] (random pick 15.0% on each). Every seed gains,
+# but at one epoch the paired interval reaches below zero on three of four seeds: a floor on it would fail whenever a
+# change moves the run as a seed does. The floor is half the lowest seed's gain (a margin of 0.005). (From the
+# earlier base, 20.0% on the test problems: seeds 7 / 0 / 1 / 2 +0.051 / +0.031 / +0.016 / +0.046, floor 0.008.)
+MARGIN = 0.005
 
 
 def test_prm_steps_are_the_answers_characters_labelled_until_the_first_error():
@@ -97,7 +98,7 @@ def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_b
     from rlhf_recipes.tools.evaluate import main as evaluate
     from rlhf_recipes.train import main as train
 
-    assert_base_unmoved(nano_base, 0.20, "test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick")
+    assert_base_unmoved(nano_base, 0.195, "test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick")
     run = tmp_path / "orm"
     assert train([str(RECIPES / "orm.yaml"), *SHORT, "--seed", "7", "--output_dir", str(run)]) == 0
     assert evaluate([str(run), "--output", str(run / "eval.json")]) == 0
