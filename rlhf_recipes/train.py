@@ -16,7 +16,8 @@ from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.disk import disk_full
-from rlhf_recipes.quiet import explain_once, quiet_known_noise
+from rlhf_recipes.preflight import reports_to_wandb
+from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
 from rlhf_recipes.run_setup import (
     configure_reporting, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
@@ -29,9 +30,10 @@ EXIT_HEALTH_STOP = 3  # stop_on_health_warning ended the run
 EXIT_FAILED = 1  # the run failed in a way it reports in one line (a NaN, a full disk)
 
 
-def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
+def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process: bool = False) -> int:
     """`extra_callbacks`: trainer callbacks added to the run's own (as the recipe's `heldout_target` adds
-    evaluation/target.py's); one with an `attach(trainer)` method gets the trainer before training."""
+    evaluation/target.py's); one with an `attach(trainer)` method gets the trainer before training.
+    `own_process`: the process exists for this run (`cli`), so libraries it does not need may stay unloaded."""
     quiet_known_noise()
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = ()) -> int:
     try:
         try:
             recipe = load_recipe(argv, construct=False)
+            if own_process:
+                leave_out_unused(quantized=any(recipe.value(key, False) for key in ("load_in_4bit", "load_in_8bit")),
+                                 reports_to_wandb=reports_to_wandb(recipe.value("report_to")))
             folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))
             check_inputs(recipe)
             folder.claim(recipe)
@@ -276,7 +281,7 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
 def cli(argv: list[str] | None = None) -> int:
     """The command-line entry: logging set up, then `main`."""
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s")
-    return main(argv)
+    return main(argv, own_process=True)
 
 
 if __name__ == "__main__":

@@ -333,6 +333,42 @@ def test_a_feature_whose_extra_is_missing_names_the_extra(tmp_path, capsys, monk
     assert "`load_in_4bit`: needs the package `bitsandbytes`" in line and 'pip install "rlhf-recipes[qlora]"' in line
 
 
+_RUN_AND_SAY_WHAT_LOADED = """
+import sys
+from rlhf_recipes.train import cli
+code = cli(sys.argv[1:])
+print("loaded:", {name: sys.modules.get(name) is not None for name in ("bitsandbytes", "wandb", "trl")})
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_a_runs_process_loads_bitsandbytes_and_wandb_only_when_the_recipe_uses_them(tmp_path):
+    """A run's own process (recipes/run.py, rlhf-recipes train, each process of a launch) leaves the installed
+    bitsandbytes and wandb unloaded unless its recipe quantizes or reports to wandb (rlhf_recipes/quiet.py: ~1.4 s
+    off every start); a QLoRA run reporting to wandb (offline) loads both and trains. Real processes: the choice
+    is made before transformers is imported, which in this test process it already is."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    plain = dpo("--max_steps", "1", "--report_to", "none", "--output_dir", str(tmp_path / "plain"))
+    qlora = dpo("--max_steps", "1", "--use_peft", "true", "--load_in_4bit", "true", "--report_to", "wandb",
+                "--output_dir", str(tmp_path / "qlora"))
+    for argv, used in ((plain, False), (qlora, True)):
+        done = subprocess.run([sys.executable, "-c", _RUN_AND_SAY_WHAT_LOADED, *argv], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"loaded: {{'bitsandbytes': {used}, 'wandb': {used}, 'trl': True}}" in done.stdout, done.stdout[-2000:]
+        assert (Path(argv[argv.index("--output_dir") + 1]) / "final_results.json").exists()
+    from rlhf_recipes.quiet import leave_out_unused
+
+    leave_out_unused(quantized=False, reports_to_wandb=False)  # here transformers is imported: nothing changes
+    assert sys.modules.get("bitsandbytes", "absent") is not None and sys.modules.get("wandb", "absent") is not None
+
+
 def test_help_shows_the_recipes_values_grouped_and_all_lists_every_key(capsys):
     # Before: TRL's defaults in 810 flat lines (`--learning_rate` default 1e-06, not the recipe's 5e-06).
     assert train([str(RECIPES / "dpo.yaml"), "--beta", "0.2", "--help"]) == 0
