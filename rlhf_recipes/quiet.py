@@ -75,7 +75,8 @@ def leave_out_unused(quantized: bool, reports_to_wandb: bool) -> None:
     """A run's process that loads no quantized weights starts without bitsandbytes, and one that does not report
     to wandb without wandb: each marked absent in sys.modules (Python's own "not installed": importing it raises
     ImportError), so transformers, peft and TRL take their paths without it. Only at the entry of a process that
-    runs one recipe (train.cli), before any of them is imported."""
+    runs one recipe (train.cli), before any of them is imported (not, then, in a machine's first run, whose
+    recipe reading imports TRL to fill the config schema's cache: config_schema.py)."""
     if any(name in sys.modules for name in _READ_AT_IMPORT):
         return
     for name, used in (("bitsandbytes", quantized), ("wandb", reports_to_wandb)):
