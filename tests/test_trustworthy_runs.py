@@ -343,11 +343,12 @@ sys.exit(code)
 
 
 def test_a_runs_process_leaves_out_bitsandbytes_and_wandb_unless_the_recipe_uses_them(tmp_path):
-    """A run's own process (recipes/run.py, rlhf-recipes train, each process of a launch) marks the installed
+    """A run's own process (recipes/run.py, rlhf-recipes train: a run of one process) marks the installed
     bitsandbytes and wandb absent before transformers is imported unless its recipe quantizes or reports to wandb
-    (rlhf_recipes/quiet.py: ~1.4 s off every start; every run CI starts in a process trains that way). Real
-    processes, each stopped by a one-line error found after the choice and before any model loads; in a process
-    that has imported transformers already (this one), nothing changes."""
+    (rlhf_recipes/quiet.py: ~1.4 s off every start; every single-process run CI starts trains that way); a
+    process of a launch (WORLD_SIZE 2) keeps both. Real processes, each stopped by a one-line error found after
+    the choice and before any model loads; in a process that has imported transformers already (this one),
+    nothing changes."""
     import subprocess
     import sys
 
@@ -356,9 +357,9 @@ def test_a_runs_process_leaves_out_bitsandbytes_and_wandb_unless_the_recipe_uses
     load_recipe(dpo(), construct=False)  # the config schema's cache (a machine's first recipe imports TRL to fill it)
     plain = dpo("--report_to", "none", "--max_length", "99999", "--output_dir", str(tmp_path / "p"))  # past positions
     quantized = dpo("--load_in_4bit", "true", "--report_to", "wandb", "--output_dir", str(tmp_path / "q"))  # no LoRA
-    for argv, left_out in ((plain, ["bitsandbytes", "wandb"]), (quantized, [])):
+    for argv, world, left_out in ((plain, "1", ["bitsandbytes", "wandb"]), (quantized, "1", []), (plain, "2", [])):
         done = subprocess.run([sys.executable, "-c", _RUN_AND_SAY_WHAT_WAS_LEFT_OUT, *argv], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+                              env={**os.environ, "WORLD_SIZE": world}, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr[-2000:]
         assert f"left out: {left_out}" in done.stdout, done.stdout[-2000:]
     from rlhf_recipes.quiet import leave_out_unused
