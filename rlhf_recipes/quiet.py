@@ -4,7 +4,7 @@ Left out of a run's process that does not use them (`leave_out_unused`), though 
 `evaluate --quantize`), which peft imports whenever it is installed and which imports torch's compiler stack
 (torch._inductor) as it loads, and wandb, which TRL imports whenever it is installed. Measured on this project's
 2-core CPU, a tiny GRPO run from `python recipes/run.py`: 8.2 CPU-s with both, 7.2 without bitsandbytes, 6.8
-without either: ~1.4 s off every run's start, and off each process of a launch.
+without either: ~1.4 s off the start of every run of one process (a launch's processes keep both: below).
 
 Silenced lines, each a known, harmless message, with why it is harmless:
 - bitsandbytes on a CPU machine: its optional `kernels` package is missing (only 4-bit CPU matmuls use it);
