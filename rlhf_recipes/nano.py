@@ -45,7 +45,14 @@ import sys
 from pathlib import Path
 
 from rlhf_recipes.paths import REFERENCE_RUNS_DIR, REPO_ROOT
-from rlhf_recipes.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, build_cached, cache_root, save_random_qwen3
+from rlhf_recipes.tiny import (
+    BUILDING_PREFIX,
+    CHAT_TEMPLATE,
+    SPECIAL_TOKENS,
+    build_cached,
+    cache_root,
+    save_random_qwen3,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +271,9 @@ def ship_bases() -> list[Path]:
         for name in SHIPPED_FILES:
             shutil.copyfile(built / name, target / name)
         resolved = target / "config.yaml"
-        text = re.sub(r"\S*/\.building-[\w-]+", str(target.relative_to(REPO_ROOT)), resolved.read_text())
+        # the build ran in a temporary folder (tiny.build_cached) that the resolved recipe names as its output_dir
+        text = re.sub(rf"\S*/{re.escape(BUILDING_PREFIX)}[\w-]+", str(target.relative_to(REPO_ROOT)),
+                      resolved.read_text())
         resolved.write_text(text.replace(f"{REPO_ROOT}/", ""))
         shipped.append(target)
     return shipped

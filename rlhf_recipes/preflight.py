@@ -187,6 +187,14 @@ def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]
     return needs
 
 
+def needed_packages(recipe) -> set[str]:
+    """The optional packages this run's process uses: its extras under this launch, and wandb when it reports there."""
+    needed = {package for package, _ in needed_extras(recipe)}
+    if reports_to_wandb(recipe.value("report_to")):
+        needed.add("wandb")
+    return needed
+
+
 def extras_findings(recipe, deepspeed: bool | None = None) -> list[Finding]:
     """Each optional package the run needs: missing is a stop; a version outside TRL's range a warning."""
     findings = []

@@ -67,21 +67,24 @@ def explain_once(recipe) -> None:
             "this mode; it is kept on purpose)")
 
 
-# Each of these reads whether bitsandbytes and wandb are installed once, when it is imported.
-_READ_AT_IMPORT = ("transformers", "peft", "trl", "accelerate", "bitsandbytes", "wandb")
+# Installed, yet imported by other libraries whether a run uses them or not.
+UNUSED_UNLESS_NEEDED = ("bitsandbytes", "wandb")
+# Each of these reads whether those are installed once, when it is imported.
+_READ_AT_IMPORT = ("transformers", "peft", "trl", "accelerate", *UNUSED_UNLESS_NEEDED)
 
 
-def leave_out_unused(quantized: bool, reports_to_wandb: bool) -> None:
-    """A run's process that loads no quantized weights starts without bitsandbytes, and one that does not report
-    to wandb without wandb: each marked absent in sys.modules (Python's own "not installed": importing it raises
-    ImportError), so transformers, peft and TRL take their paths without it. Only at the entry of a process that
-    runs one recipe (train.cli), before any of them is imported (not, then, in a machine's first run, whose
-    recipe reading imports TRL to fill the config schema's cache: config_schema.py), and only in a run of one
-    process: the processes of a launch keep every library. (With both left out, one 2-process ZeRO-3 launch of
-    a CI run aborted at exit after finishing, rank 1: "terminate called without an active exception", not seen
-    in 20 earlier CI runs nor in 16 repeats of that launch here, idle or loaded; its cause was not found.)"""
+def leave_out_unused(needed: set[str]) -> None:
+    """A run's process starts without bitsandbytes unless it loads quantized weights, and without wandb unless it
+    reports there (`needed`: preflight.needed_packages): each marked absent in sys.modules (Python's own "not
+    installed": importing it raises ImportError), so transformers, peft and TRL take their paths without it. Only
+    at the entry of a process that runs one recipe (train.cli), before any of them is imported (not, then, in a
+    machine's first run, whose recipe reading imports TRL to fill the config schema's cache: config_schema.py),
+    and only in a run of one process: the processes of a launch keep every library. (With both left out, one
+    2-process ZeRO-3 launch of a CI run aborted at exit after finishing, rank 1: "terminate called without an
+    active exception", not seen in 20 earlier CI runs nor in 16 repeats of that launch here, idle or loaded; its
+    cause was not found.)"""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or any(name in sys.modules for name in _READ_AT_IMPORT):
         return
-    for name, used in (("bitsandbytes", quantized), ("wandb", reports_to_wandb)):
-        if not used:
+    for name in UNUSED_UNLESS_NEEDED:
+        if name not in needed:
             sys.modules[name] = None

@@ -125,6 +125,9 @@ def save_random_qwen3(target: Path, tokenizer, shape: dict, seed: int) -> None:
     tokenizer.save_pretrained(target)
 
 
+BUILDING_PREFIX = ".building-"  # a build in progress: renamed to its target once complete
+
+
 def build_cached(target: Path, build: Callable[[Path], None], announce: str = "") -> str:
     """`target`, built by `build(folder)` unless it already holds a model (config.json).
 
@@ -143,7 +146,7 @@ def build_cached(target: Path, build: Callable[[Path], None], announce: str = ""
             return str(target)
         if announce:
             print(announce, file=sys.stderr, flush=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=BUILDING_PREFIX, dir=target.parent))
         try:
             build(tmp)
             os.rename(tmp, target)

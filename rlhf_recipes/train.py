@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.disk import disk_full
-from rlhf_recipes.preflight import reports_to_wandb
+from rlhf_recipes.preflight import needed_packages
 from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
 from rlhf_recipes.run_setup import (
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
         try:
             recipe = load_recipe(argv, construct=False)
             if own_process:
-                leave_out_unused(quantized=any(recipe.value(key, False) for key in ("load_in_4bit", "load_in_8bit")),
-                                 reports_to_wandb=reports_to_wandb(recipe.value("report_to")))
+                leave_out_unused(needed_packages(recipe))
             folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))
             check_inputs(recipe)
             folder.claim(recipe)

@@ -247,10 +247,10 @@ def _start_nano_prebuild(items, log_path: Path) -> subprocess.Popen | None:
     test process on a 2-core machine) trains them on the idle core while the tests before the first nano test run:
     about 1 min (nano) + 3 min (nano-sdpo) of one core, which the session otherwise waited for. A checkout that ships
     today's bases (reference_runs/nano/bases/, tests/test_nano.py checks they are current) trains none: the process
-    finds them and exits in seconds. The fixtures below
-    wait on rlhf_recipes/nano.py's file lock and reuse the build: the same build, by the same code, as without this.
-    Not niced: a niced build that a fixture waits for would crawl on a machine shared with other work, and in CI it
-    is done within the first few minutes, before most multi-process tests (test_multinode, test_scale, ...) start."""
+    finds them and exits in seconds. The fixtures below wait on rlhf_recipes/nano.py's file lock and reuse the
+    build: the same build, by the same code, as without this. Not niced: a niced build that a fixture waits for
+    would crawl on a machine shared with other work, and in CI it is done within the first few minutes, before most
+    multi-process tests (test_multinode, test_scale, ...) start."""
     wanted = {name for item in items for name in getattr(item, "fixturenames", ()) if name in NANO_FIXTURES}
     if not wanted:
         return None

@@ -365,7 +365,7 @@ def test_a_runs_process_leaves_out_bitsandbytes_and_wandb_unless_the_recipe_uses
     from rlhf_recipes.quiet import leave_out_unused
 
     before = {name: sys.modules.get(name, "absent") for name in ("bitsandbytes", "wandb")}
-    leave_out_unused(quantized=False, reports_to_wandb=False)
+    leave_out_unused(needed=set())
     assert {name: sys.modules.get(name, "absent") for name in before} == before
 
 
