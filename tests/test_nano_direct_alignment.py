@@ -15,7 +15,7 @@ import pytest
 
 from conftest import RECIPES
 
-PROMPTS = 600  # prompts drawn for training pairs (~200 pairs on the nano base; the profile draws 3000)
+PROMPTS = 600  # prompts drawn for training pairs (122 pairs on the shipped nano base; the profile draws 3000)
 STEPS = 40  # optimizer steps of 32 pairs (the profile runs 200)
 HELDOUT = 100  # held-out pairs and held-out task problems
 

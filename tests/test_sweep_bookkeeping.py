@@ -214,6 +214,21 @@ def test_a_failing_run_does_not_stop_the_others_and_is_listed_with_its_log(tmp_p
     assert (done.folder / "final_results.json").stat().st_mtime_ns == before
 
 
+def test_a_run_and_its_evaluation_share_a_process_and_a_failed_evaluation_is_named_as_such(tmp_path):
+    """Without a launcher a job's evaluation runs in its run's process (train_then_evaluate.py: no second round of
+    imports); when the run finishes and its evaluation does not, the outcome blames the evaluation, not the
+    training, and the next invocation only evaluates."""
+    from rlhf_recipes.tools.lab.executor import run_one
+
+    job = Job("bad-eval", tmp_path / "run", (DPO, "--profile", "tiny", "--max_steps", "1"), ("--k", "-1"))
+    outcome = run_one(job)
+    log = job.log.read_text()
+    assert outcome.status == "failed" and outcome.did == "trained", outcome
+    assert outcome.error.startswith("rlhf-recipes evaluate failed") and "training exited" not in outcome.error
+    assert "train_then_evaluate" in log and "\n$ rlhf-recipes evaluate " in log and "--k" in log.split("\n$ ")[-1]
+    assert next_step(job) == "evaluate"  # the run finished: only its evaluation is left
+
+
 def test_a_plan_stops_at_a_phase_that_did_not_finish(tmp_path, capsys):
     """The pipeline's policies read its reward model (run_plan's stop_on_failure, as the pipeline calls it): a later
     phase is not started when an earlier one failed (it ran on before: the policies trained and failed after

@@ -18,7 +18,7 @@ has a verifier instead, so the pairs come from the model being aligned, as on-po
 
 Recipe keys (as for `reasoning_gym`):
   dataset: reasoning_gym_preferences
-  num_samples: 3000                    # prompts drawn; ~1/3 give a pair on the nano base (see below)
+  num_samples: 3000                    # prompts drawn; about a fifth give a pair on the nano base
   dataset_kwargs: {tasks: [{name: spell_backward, config: {min_word_len: 3, max_word_len: 8}}], seed: 42}
   system_prompt: DeepSeekZero
 
@@ -88,7 +88,7 @@ def generate(recipe) -> "Dataset":
     where, args = recipe.source, recipe.args
     if args.num_samples is None or args.num_samples <= 0:
         raise DataError(f"{where}: reasoning_gym_preferences samples its pairs: set `num_samples` > 0 (prompts "
-                        "drawn; about a third give a pair on the nano base)")
+                        "drawn; about a fifth give a pair on the nano base)")
     pairs, unpaired, _ = sampled_pairs(recipe, args.num_samples, training_seed(recipe))
     if not pairs:
         raise DataError(f"{where}: none of the {args.num_samples} prompts got both a correct and an incorrect "
@@ -102,16 +102,18 @@ def generate(recipe) -> "Dataset":
 
 def heldout(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`count` pairs built the same way on the reasoning-gym evaluator's held-out draw, none on a training
-    prompt; the draw grows until it gives `count` pairs (or 16x the first try)."""
+    prompt; the draw grows until it gives `count` pairs (or reaches 64 prompts per pair asked for)."""
     from rlhf_recipes.errors import EvalError
 
     count = count or 200
     seed = training_seed(recipe) + HELDOUT_SEED_OFFSET
     trained = questions(recipe, recipe.args.num_samples or 0, training_seed(recipe))
-    size = first = 4 * count  # ~1/3 of prompts give a pair on the nano base
+    # About a fifth of the prompts give a pair on the shipped nano base (122 of 600 training prompts, 175 of 800
+    # held-out ones): 8x gives the count at the first draw. A draw that falls short is drawn again, twice as large.
+    size = 8 * count
     while True:
         pairs, unpaired, skipped = sampled_pairs(recipe, size, seed, skip=trained)
-        if len(pairs) >= count or size >= 16 * first:
+        if len(pairs) >= count or size >= 64 * count:
             break
         size *= 2
     if not pairs:

@@ -1,7 +1,8 @@
 """The one place that launches, resumes and collects many runs: sweeps, nano-book, the HH pipeline, SLURM tasks.
 
 A `Job` is one normal run of the runner (`recipes/run.py RECIPE ...`) in its own folder, optionally followed by
-`rlhf-recipes evaluate RUN --baseline`. `run_one` carries a job from wherever its folder stands to done:
+`rlhf-recipes evaluate RUN --baseline` (in the run's own process when no launcher is given: train_then_evaluate.py).
+`run_one` carries a job from wherever its folder stands to done:
   - finished, evaluated (or no evaluation asked): nothing to do, never run again;
   - finished, not evaluated: only the evaluation;
   - started, with a complete checkpoint: `--resume` (an interrupted run continues exactly);
@@ -37,6 +38,7 @@ from rlhf_recipes.run_folder import (
     EXIT_INTERRUPTED, EXIT_STILL_RUNNING, FINAL_RESULTS_FILE, has_config, read_config, read_results, run_finished,
 )
 from rlhf_recipes.run_lock import live_holder
+from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE
 from rlhf_recipes.run_setup import meaning_changes
 
 STILL_RUNNING = "still running"
@@ -95,16 +97,25 @@ def check_settings(job: Job) -> None:
                           "train it again")
 
 
-def train_command(job: Job, step: str, launcher: str | None = None) -> list[str]:
+def train_command(job: Job, step: str, launcher: str | None = None, then_evaluate: bool = False) -> list[str]:
+    """The run's command; then_evaluate (no launcher): the run and its evaluation in one process
+    (train_then_evaluate.py: the evaluation does not import everything again)."""
     start = shlex.split(launcher) if launcher else [sys.executable]
     extra = {"resume": ["--resume"], "restart": ["--overwrite"], "train": []}[step]
+    run = [*job.train, "--output_dir", str(job.folder), *extra]
+    if then_evaluate:
+        return [sys.executable, "-m", "rlhf_recipes.tools.lab.train_then_evaluate", *run, THEN_EVALUATE,
+                *evaluate_args(job)]
     # recipes/run.py by absolute path: runs land where the user stands, whatever the launcher's working dir
-    return [*start, str(RECIPES_DIR / "run.py"), *job.train, "--output_dir", str(job.folder), *extra]
+    return [*start, str(RECIPES_DIR / "run.py"), *run]
+
+
+def evaluate_args(job: Job) -> list[str]:
+    return [str(job.folder), "--baseline", "--output", str(job.eval_output), *(job.evaluate or ())]
 
 
 def evaluate_command(job: Job) -> list[str]:
-    return [sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", str(job.folder), "--baseline",
-            "--output", str(job.eval_output), *(job.evaluate or ())]
+    return [sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", *evaluate_args(job)]
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -171,14 +182,22 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
     did = "evaluated"
     if step != "evaluate":
         did = {"resume": "resumed", "restart": "restarted", "train": "trained"}[step]
-        code = _run_logged(train_command(job, step, launcher), job.log, env, started)
+        together = job.evaluate is not None and launcher is None
+        code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started)
+        finished = run_finished(job.folder)
         if code == EXIT_INTERRUPTED or (code != 0 and stopping()):
             return Outcome(job, "interrupted", did, time.perf_counter() - begin,
+                           "stopped during its evaluation; the next invocation evaluates it" if finished else
                            "stopped by a signal; the next invocation resumes it from its checkpoint")
-        if code != 0 or not run_finished(job.folder):
+        if not finished or (code != 0 and not together):
             return Outcome(job, "failed", did, time.perf_counter() - begin,
                            f"training exited {code}" + ("" if read_results(job.folder) is not None
                                                         else f" before writing {FINAL_RESULTS_FILE}"))
+        if together:  # the run finished: a non-zero exit is its evaluation's
+            if code != 0 or not job.eval_output.exists():
+                return Outcome(job, "failed", did, time.perf_counter() - begin,
+                               f"rlhf-recipes evaluate failed (exit {code}; its output is in {job.log})")
+            return Outcome(job, "finished", did, time.perf_counter() - begin)
     if job.evaluate is not None and not stopping():
         code = _run_logged(evaluate_command(job), job.log, env, started)
         if code != 0 or not job.eval_output.exists():
