@@ -95,9 +95,11 @@ def assert_base_unmoved(base: Path, measured: float, test: str) -> None:
         f"3 training seeds on the new base (its docstring says how) and set the floor and this number from it.")
 
 
-def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Real multi-process run: `accelerate launch --config_file accelerate_configs/cpu/CONFIG recipes/run.py ...`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
+def launch(config: str, recipe: str, output_dir: Path, *extra: str, timeout: int = 600,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Real multi-process run: `accelerate launch --config_file accelerate_configs/cpu/CONFIG recipes/run.py ...`
+    (`env`: variables set for it on top of this process's)."""
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "accelerate_configs" / "cpu" / config), "--main_process_port", env["MASTER_PORT"],
            str(RECIPES / "run.py"), str(RECIPES / recipe), "--profile", "tiny", "--output_dir", str(output_dir), *extra]

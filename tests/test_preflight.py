@@ -222,8 +222,10 @@ def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
 
 
 def _preflight(capsys, *argv: str) -> tuple[int, list[str]]:
-    from rlhf_recipes.tools.preflight import main
+    import transformers.integrations.integration_utils  # noqa: F401  (prints "[INFO] Running in WANDB offline mode"
+    from rlhf_recipes.tools.preflight import main  # when first imported under conftest's WANDB_MODE=offline: not ours)
 
+    capsys.readouterr()
     code = main([*argv])
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err

@@ -228,10 +228,14 @@ def test_dpo_one_and_two_processes_give_the_same_steps_under_zero3(tmp_path):
     """Same effective batch, and the same losses and log-probs step by step (DPO is deterministic:
     no dropout, no sampling). Step 1's loss is log 2 (policy = reference), so the comparison covers
     steps 2-3, which depend on the averaged gradient of the steps before. (DDP's version is
-    tests/test_multinode.py's DPO on two SLURM nodes.)"""
+    tests/test_multinode.py's DPO on two SLURM nodes.) Launched as on a fresh machine (an empty torch extensions
+    cache), the ZeRO-3 processes build no C++ op: DeepSpeed's shared-memory all-reduce, which training never calls,
+    is not compiled on a CPU (rlhf_recipes/cpu_launch.py; it was, ~47 CPU-s, at every machine's first launch)."""
     single = run_recipe("dpo.yaml", tmp_path / "one", *SAME_RUN)
     out = tmp_path / "two"
-    launch("zero3_2proc.yaml", "dpo.yaml", out, *SAME_RUN)
+    extensions = tmp_path / "torch_extensions"
+    launch("zero3_2proc.yaml", "dpo.yaml", out, *SAME_RUN, env={"TORCH_EXTENSIONS_DIR": str(extensions)})
+    assert not extensions.exists() or not any(extensions.rglob("*.so")), sorted(extensions.rglob("*"))
     double = json.loads((out / "final_results.json").read_text())
     assert single["world_size"] == 1 and double["world_size"] == 2
     assert single["effective_batch_size"] == double["effective_batch_size"] == 4

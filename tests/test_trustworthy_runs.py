@@ -69,21 +69,26 @@ def test_a_misspelt_dataset_adapter_gets_a_suggestion():
         load_recipe(dpo("--dataset", "ultrafedback"))
 
 
-def test_a_key_error_is_found_without_importing_torch_or_trl(tmp_path):
+def test_a_key_error_is_found_without_importing_torch_or_trl(tmp_path, monkeypatch, capsys):
     """What makes a mistake cost a second: once the config schemas are cached, the check imports neither
-    torch, transformers nor TRL (they take ~6 s). A structural check, not a timing."""
+    torch, transformers nor TRL (they take ~6 s). A structural check, not a timing. A machine's first check (no
+    cache yet: it imports TRL to fill it) finds the same mistake; it runs in this process (TRL already imported
+    here), the cached one in a process of its own."""
     import subprocess
     import sys
 
-    env = {**os.environ, "RLHF_RECIPES_CACHE": str(tmp_path / "cache")}
-    probe = ("import sys; from rlhf_recipes.train import main; code = main([%r, '--profile', 'tiny', "
-             "'--learnig_rate', '1']); print(code, sorted(m for m in ('torch', 'transformers', 'trl') "
-             "if m in sys.modules))" % str(RECIPES / "grpo.yaml"))
-    runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
-                           timeout=600) for _ in range(2)]  # the first builds the cache (and imports TRL to)
-    assert runs[0].stdout.split()[0] == "2" and "Did you mean `learning_rate`" in runs[0].stderr
-    assert runs[1].stdout.strip() == "2 []", runs[1].stdout + runs[1].stderr[-2000:]
-    assert "Did you mean `learning_rate`" in runs[1].stderr
+    from rlhf_recipes.train import main
+
+    monkeypatch.setenv("RLHF_RECIPES_CACHE", str(tmp_path / "cache"))
+    argv = [str(RECIPES / "grpo.yaml"), "--profile", "tiny", "--learnig_rate", "1"]
+    assert main(argv) == 2 and "Did you mean `learning_rate`" in capsys.readouterr().err
+    assert list((tmp_path / "cache" / "schemas").glob("*.json"))  # the first check filled the cache
+    probe = ("import sys; from rlhf_recipes.train import main; code = main(%r); print(code, sorted(m for m in "
+             "('torch', 'transformers', 'trl') if m in sys.modules))" % argv)
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ),
+                         cwd=tmp_path, timeout=600)
+    assert run.stdout.strip() == "2 []", run.stdout + run.stderr[-2000:]
+    assert "Did you mean `learning_rate`" in run.stderr
 
 
 def test_cached_schemas_equal_the_config_classes():

@@ -1,0 +1,31 @@
+"""A DeepSpeed launch on a machine without CUDA (accelerate_configs/cpu/: checking a ZeRO-3 launch on a laptop or in
+CI before spending GPU time) starts without compiling an op that training never uses.
+
+DeepSpeed's communication backend builds its shared-memory all-reduce op for the CPU whenever it starts
+(deepspeed/comm/torch.py, TorchBackend -> build_shm_op): C++ compiled on the machine's first launch, 47 CPU-s
+(26 s of wall on 2 cores) measured here, cached afterwards in ~/.cache/torch_extensions. Only DeepSpeed's
+tensor-parallel inference calls it (`inference_all_reduce`); the collectives of training, ZeRO-3's gathers and
+reductions, are torch.distributed's over gloo either way. Marked not compatible, the op is not built, which is
+DeepSpeed's own path on a machine without a compiler. Launches on GPUs are left as they are.
+"""
+
+from __future__ import annotations
+
+SHM_OP = "deepspeed_shm_comm"  # ShareMemCommBuilder.NAME
+
+
+def skip_unused_shm_op() -> None:
+    """Before the process group starts (TrainingArguments), under a DeepSpeed launch without CUDA."""
+    from rlhf_recipes.preflight import deepspeed_launch
+
+    if not deepspeed_launch():
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    import deepspeed.ops
+
+    # The dict of compatible ops is probed once per process and kept (deepspeed/ops/__init__.py): this entry is the
+    # one build_shm_op reads.
+    deepspeed.ops.__compatible_ops__[SHM_OP] = False
