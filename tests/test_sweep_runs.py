@@ -76,11 +76,12 @@ def test_a_2x2_sweep_on_two_workers_is_evaluated_resumable_and_widens(tmp_path, 
 @pytest.mark.slow  # 40 steps, stopped and resumed: ~1 min
 def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     """SIGTERM to the sweep: the running run saves a checkpoint and stops, the sweep exits 130; the same command
-    resumes it (--resume, from that checkpoint) to the end, every optimizer step logged exactly once."""
+    resumes it (--resume, from that checkpoint) to the end, every optimizer step logged exactly once, then evaluates
+    it (the run and its evaluation share a process: the signal reached the run through it)."""
     out = tmp_path / "sweep"
     # 40 steps (~1 s each on a CPU): SIGTERM lands after the 5th, well before the end (200 cost CI ~2.5 minutes)
     args = [sys.executable, "-m", "rlhf_recipes.tools.cli", "sweep", DPO, "--profile", "tiny",
-            "--max_steps", str(STEPS), "--no-evaluate", "--workers", "1", "--out", str(out)]
+            "--max_steps", str(STEPS), "--workers", "1", "--out", str(out)]
     sweep = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "default" / "seed-0" / "metrics.jsonl"
     deadline = time.time() + 240
@@ -99,7 +100,9 @@ def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
 
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "--resume" in (out / "default" / "seed-0.log").read_text().split("\n$ ")[-1].splitlines()[0]
+    commands = [c.splitlines()[0] for c in (out / "default" / "seed-0.log").read_text().split("\n$ ")[1:]]
+    assert "train_then_evaluate" in commands[-2] and "--resume" in commands[-2].split("--then-evaluate")[0]
+    assert commands[-1].startswith("rlhf-recipes evaluate ") and (run / "eval" / "sweep.json").exists()
     assert json.loads((run / "final_results.json").read_text())["steps"] == STEPS
     steps = [r["step"] for r in read_metrics(metrics) if "loss" in r]
     assert steps == list(range(1, STEPS + 1))
