@@ -222,8 +222,12 @@ def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
 
 
 def _preflight(capsys, *argv: str) -> tuple[int, list[str]]:
-    import transformers.integrations.integration_utils  # noqa: F401  (prints "[INFO] Running in WANDB offline mode"
-    from rlhf_recipes.tools.preflight import main  # when first imported under conftest's WANDB_MODE=offline: not ours)
+    # transformers prints "[INFO] Running in WANDB offline mode" when its integrations are first imported under
+    # conftest's WANDB_MODE=offline: imported (and that line dropped) before preflight runs, so it is not taken for
+    # one of preflight's lines
+    import transformers.integrations.integration_utils  # noqa: F401
+
+    from rlhf_recipes.tools.preflight import main
 
     capsys.readouterr()
     code = main([*argv])
