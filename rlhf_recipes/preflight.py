@@ -174,6 +174,8 @@ def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]
     needs = []
     if deepspeed_launch() if deepspeed is None else deepspeed:
         needs.append(("deepspeed", "the accelerate config (DeepSpeed)"))
+    elif recipe.value("deepspeed"):  # TrainingArguments' own DeepSpeed config, without an accelerate launch
+        needs.append(("deepspeed", recipe.where("deepspeed")))
     for key in ("load_in_4bit", "load_in_8bit"):
         if recipe.value(key):
             needs.append(("bitsandbytes", recipe.where(key)))

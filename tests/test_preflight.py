@@ -217,6 +217,26 @@ def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
     assert preflight.extras_findings(recipe, deepspeed=False) == []
 
 
+def test_a_recipes_own_deepspeed_config_needs_the_package_too(monkeypatch, capsys, tmp_path):
+    """TrainingArguments' own `deepspeed` key (a DeepSpeed config without an accelerate DeepSpeed launch) needs the
+    package as a DeepSpeed launch does: without it the run stops at its start naming the key and the install, and
+    leaves no folder (it went on to fail in TRL's config class: "object.__init__() takes exactly one argument")."""
+    from rlhf_recipes.train import main
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed"
+                        else real_find_spec(name, *a))
+    config = tmp_path / "ds_config.json"
+    config.write_text('{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}')
+    (finding,) = preflight.extras_findings(_recipe(str(RECIPES / "dpo.yaml"), "--deepspeed", str(config)))
+    assert finding.level == "stop" and "`deepspeed`" in finding.text and "rlhf-recipes[deepspeed]" in finding.text
+    run = tmp_path / "run"
+    assert main([str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--deepspeed", str(config), "--output_dir",
+                 str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "command line: `deepspeed`: needs the package `deepspeed`" in err and not run.exists(), err
+
+
 # --------------------------------------------------------------------------------------
 # rlhf-recipes preflight
 
