@@ -38,8 +38,8 @@ from rlhf_recipes.run_folder import (
     EXIT_INTERRUPTED, EXIT_STILL_RUNNING, FINAL_RESULTS_FILE, has_config, read_config, read_results, run_finished,
 )
 from rlhf_recipes.run_lock import live_holder
-from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE
 from rlhf_recipes.run_setup import meaning_changes
+from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE
 
 STILL_RUNNING = "still running"
 
@@ -182,7 +182,9 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
     did = "evaluated"
     if step != "evaluate":
         did = {"resume": "resumed", "restart": "restarted", "train": "trained"}[step]
-        together = job.evaluate is not None and launcher is None
+        # One process for both unless a launcher starts the run, or the evaluation quantizes (the run's process
+        # leaves bitsandbytes out unless the run itself loads quantized weights: quiet.leave_out_unused).
+        together = job.evaluate is not None and launcher is None and "--quantize" not in job.evaluate
         code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started)
         finished = run_finished(job.folder)
         if code == EXIT_INTERRUPTED or (code != 0 and stopping()):

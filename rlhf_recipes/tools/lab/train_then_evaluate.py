@@ -6,8 +6,8 @@
 Why one process: an evaluation started in a process of its own imports torch, transformers, datasets and
 reasoning-gym again; measured on this project's 2-core CPU, `rlhf-recipes evaluate` of a nano run took 5.4 CPU-s,
 4.9 of them imports. The executor uses this for a job run without a launcher (under `accelerate launch` the
-evaluation keeps its own process). Exit code: the run's when it did not finish (0 <= code: as recipes/run.py),
-else 0 when the evaluation wrote its result, EXIT_EVALUATION_FAILED when it did not.
+evaluation keeps its own process). Exit code: the run's own when it is not 0 (as recipes/run.py's); else 0 when
+the evaluation succeeded, EXIT_EVALUATION_FAILED when it did not.
 """
 
 from __future__ import annotations
