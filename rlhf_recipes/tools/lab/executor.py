@@ -39,7 +39,7 @@ from rlhf_recipes.run_folder import (
 )
 from rlhf_recipes.run_lock import live_holder
 from rlhf_recipes.run_setup import meaning_changes
-from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE
+from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE, command_header
 
 STILL_RUNNING = "still running"
 
@@ -150,7 +150,7 @@ def end_with_this_process() -> Callable[[], None] | None:
 def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
                 started: Callable[[subprocess.Popen | None], None] | None) -> int:
     with open(log, "a", encoding="utf-8") as out:
-        out.write(f"\n$ {shlex.join(command)}   # {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        out.write(command_header(command))
         out.flush()
         # Under the Executor (`started` given) a session of its own: Ctrl-C in the terminal reaches the executor,
         # which forwards ONE signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a
@@ -195,19 +195,22 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
             return Outcome(job, "failed", did, time.perf_counter() - begin,
                            f"training exited {code}" + ("" if read_results(job.folder) is not None
                                                         else f" before writing {FINAL_RESULTS_FILE}"))
-        if together:  # the run finished: a non-zero exit is its evaluation's
-            if code != 0 or not job.eval_output.exists():
-                return Outcome(job, "failed", did, time.perf_counter() - begin,
-                               f"rlhf-recipes evaluate failed (exit {code}; its output is in {job.log})")
-            return Outcome(job, "finished", did, time.perf_counter() - begin)
-    if job.evaluate is not None and not stopping():
-        code = _run_logged(evaluate_command(job), job.log, env, started)
-        if code != 0 or not job.eval_output.exists():
-            return Outcome(job, "interrupted" if stopping() else "failed", did, time.perf_counter() - begin,
-                           f"rlhf-recipes evaluate exited {code}")
-    elif job.evaluate is not None:
+        if together:  # the run finished: the exit code is its evaluation's
+            return _evaluated(job, did, code, begin, stopped=False)
+    if job.evaluate is None:
+        return Outcome(job, "finished", did, time.perf_counter() - begin)
+    if stopping():
         return Outcome(job, "interrupted", did, time.perf_counter() - begin, "stopped before its evaluation")
-    return Outcome(job, "finished", did, time.perf_counter() - begin)
+    code = _run_logged(evaluate_command(job), job.log, env, started)
+    return _evaluated(job, did, code, begin, stopped=stopping())
+
+
+def _evaluated(job: Job, did: str, code: int, begin: float, stopped: bool) -> Outcome:
+    """The job's outcome once its evaluation (in the run's process or its own) exited with `code`."""
+    if code == 0 and job.eval_output.exists():
+        return Outcome(job, "finished", did, time.perf_counter() - begin)
+    return Outcome(job, "interrupted" if stopped else "failed", did, time.perf_counter() - begin,
+                   f"rlhf-recipes evaluate failed (exit {code}; its output is in {job.log})")
 
 
 def visible_gpus() -> list[str]:

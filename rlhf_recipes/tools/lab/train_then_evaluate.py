@@ -20,6 +20,11 @@ THEN_EVALUATE = "--then-evaluate"
 EXIT_EVALUATION_FAILED = 4  # the run finished; its evaluation did not (recipes/run.py never exits with 4)
 
 
+def command_header(command: list[str]) -> str:
+    """The line a job's log gives each command it runs (read back by the tests as "\n$ COMMAND")."""
+    return f"\n$ {shlex.join(command)}   # {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     at = argv.index(THEN_EVALUATE)
@@ -30,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         return code
     # The job's log shows each step's command, as when the evaluation had its own process.
-    print(f"\n$ rlhf-recipes evaluate {shlex.join(evaluate_args)}   # {time.strftime('%Y-%m-%d %H:%M:%S')}",
-          flush=True)
+    print(command_header(["rlhf-recipes", "evaluate", *evaluate_args]), end="", flush=True)
     from rlhf_recipes.tools.evaluate import main as evaluate
 
     return 0 if evaluate(evaluate_args) == 0 else EXIT_EVALUATION_FAILED
