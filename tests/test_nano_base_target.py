@@ -103,7 +103,12 @@ def test_nano_book_table_shows_the_base_as_its_build_measured_it():
     console.print(table([], base=record))
     text = " ".join(console.export_text().split())  # the caption wraps at the table's width
     assert "20.5% held-out exact_match [15.3, 26.8]" in text and "step 148 of recipes/nano_sft.yaml" in text
-    assert "closest to 20% inside [15%, 25%]" in text
+    assert "closest to 20% inside [15%, 25%]" in text and "on 200 problems," in text
+    # A base chosen on validation problems says so: its number is not the base column's (the test problems).
+    console = Console(record=True, width=200)
+    console.print(table([], base={**record, "goal": {**record["goal"], "split": "validation"}}))
+    text = " ".join(console.export_text().split())
+    assert "on 200 validation problems (the base column: the test problems)" in text
 
 
 @pytest.mark.slow  # a real (short) SFT build with its held-out evaluations: ~30 s
