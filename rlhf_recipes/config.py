@@ -108,6 +108,12 @@ class RecipeArgs:
                   "docs/evaluate.md#evaluate-held-out-before-and-after."},
     )
     eval_problems: int = field(default=32, metadata={"help": "Held-out problems each periodic evaluation scores."})
+    torch_threads: int | None = field(
+        default=None,
+        metadata={"help": "CPU threads of torch in the run's process (unset: torch's own choice, OMP_NUM_THREADS or "
+                  "one per core). On a CPU the count changes the arithmetic's last bits, so a run re-run with "
+                  "another count drifts from it; the nano profile sets 1 (docs/nano.md)."},
+    )
     heldout_target: dict[str, Any] | None = field(
         default=None,
         metadata={"help": "Train to a held-out target instead of to a step count (rlhf_recipes/evaluation/target.py "

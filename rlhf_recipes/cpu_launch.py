@@ -1,4 +1,11 @@
-"""A DeepSpeed launch on a machine without CUDA (accelerate_configs/cpu/: checking a ZeRO-3 launch on a laptop or in
+"""How a run's process uses a CPU: its torch threads (the recipe's `torch_threads`), and a DeepSpeed launch without
+CUDA.
+
+torch's CPU kernels split their sums across threads, so the thread count changes a run's last bits, and over hundreds
+of sampled steps its numbers (a nano GRPO run: grad_norm differs at step 1 between 1 and 2 threads). A recipe that
+names its threads re-runs to the same numbers on any machine with the same kind of CPU, whatever its core count.
+
+A DeepSpeed launch on a machine without CUDA (accelerate_configs/cpu/: checking a ZeRO-3 launch on a laptop or in
 CI before spending GPU time) starts without compiling an op that training never uses.
 
 DeepSpeed's communication backend builds its shared-memory all-reduce op for the CPU whenever it starts
@@ -12,6 +19,15 @@ DeepSpeed's own path on a machine without a compiler. Launches on GPUs are left 
 from __future__ import annotations
 
 SHM_OP = "deepspeed_shm_comm"  # ShareMemCommBuilder.NAME
+
+
+def set_torch_threads(recipe) -> None:
+    """The recipe's `torch_threads`, for this process, before anything computes (data sampled by a model included)."""
+    threads = recipe.args.torch_threads
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def skip_unused_shm_op() -> None:

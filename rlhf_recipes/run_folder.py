@@ -73,6 +73,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "status": status,
         "interrupted": status == "interrupted",
         "wall_seconds": round(wall_seconds, 2),
+        "torch_threads": _torch_threads(),  # the CPU threads it ran with (they change a CPU run's last bits)
         "final_metrics": last_values(read_metrics(output_dir)),
         # rows read, dropped (by reason; the first rows that did not fit, named) and trained on (data/sources.py);
         # a family's `data` (token-length statistics) comes in `extra`
@@ -81,6 +82,12 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
     }
     # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".
     return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(results, indent=2, default=str) + "\n")
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 # --- Reading ---------------------------------------------------------------------------------

@@ -136,12 +136,13 @@ def prerequisites(recipe) -> None:
 def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
     """Data, model and trainer: everything that can fail before the first step. `argv`: the run's command line."""
     # Heavy imports only once the recipe is known to be valid.
-    from rlhf_recipes.cpu_launch import skip_unused_shm_op
+    from rlhf_recipes.cpu_launch import set_torch_threads, skip_unused_shm_op
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_tokenizer
     from rlhf_recipes.registry import family_of
 
     family = family_of(recipe.algorithm)
+    set_torch_threads(recipe)  # before the data: a source may sample from a model (the nano pairs)
     skip_unused_shm_op()  # a DeepSpeed launch on a CPU: no C++ build of an op training never calls
     recipe.model, recipe.training  # noqa: B018  (builds TRL's configs: their own checks raise RecipeError here)
     folder.agree_on_checkpoint()  # the process group is up now (TrainingArguments): every rank resumes the same one

@@ -66,6 +66,7 @@ RANGES: dict[str, Rule] = {
     "lora_r": (lambda v: v >= 1, "a LoRA rank of at least 1 (e.g. 16)"),
     "eval_every": (lambda v: v >= 0, "a number of optimizer steps >= 0 (0 turns periodic evaluation off)"),
     "eval_problems": (lambda v: v >= 1, "at least 1 held-out problem"),
+    "torch_threads": (lambda v: v >= 1, "a number of CPU threads >= 1 (leave it unset for torch's own choice)"),
 }
 
 

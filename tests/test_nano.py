@@ -86,6 +86,33 @@ def test_nano_base_is_built_by_the_sft_recipe_to_its_heldout_target(nano_base, t
     assert result["metrics"]["exact_match"] == built["value"], (result["metrics"], built["value"])
 
 
+def test_a_nano_run_uses_one_torch_thread_whatever_the_process_had_and_records_it(nano_base, tmp_path):
+    """The nano profile's torch_threads: 1 (the shipped runs' count; the count changes a CPU run's last bits, so a
+    re-run on a machine with more cores drifted from them): the run and its evaluation set it, whatever the process
+    had, and final_results.json records the count a run trained with. The command line still wins; 0 is refused."""
+    import torch
+
+    from rlhf_recipes.config import RecipeError, load_recipe
+    from rlhf_recipes.train import main
+
+    recipe = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano"], construct=False)
+    assert recipe.args.torch_threads == 1 and recipe.origin["torch_threads"] == "profile nano (common)"
+    assert load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--torch_threads", "2"],
+                       construct=False).args.torch_threads == 2
+    with pytest.raises(RecipeError, match="torch_threads"):
+        load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--torch_threads", "0"], construct=False)
+    run = tmp_path / "grpo"
+    try:
+        torch.set_num_threads(2)
+        assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", "1", "--output_dir", str(run)]) == 0
+        assert json.loads((run / "final_results.json").read_text())["torch_threads"] == 1
+        torch.set_num_threads(2)
+        _evaluate(str(run), "--num_problems", "4", "--output", str(tmp_path / "eval.json"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)  # this test process's own count (conftest)
+
+
 def test_nano_sft_is_deterministic(nano_base, tmp_path):
     """Two short runs of the base's recipe give the same weights, bit for bit (the base is rebuilt anywhere)."""
     from safetensors.torch import load_file
