@@ -63,7 +63,7 @@ def rejection_sampling_top_k_overall() -> str:
 
 
 def sdpo_gain() -> str:
-    ev = _json("reference_runs/nano/figures/sdpo/eval/evaluate.json")["difference"]["exact_match"]
+    ev = _json("reference_runs/nano/figures/sdpo/eval/heldout.json")["difference"]["exact_match"]
     return f"{_points(ev['value'])} [{_points(ev['low'])}, {_points(ev['high'])}]"
 
 
