@@ -112,7 +112,7 @@ class RecipeArgs:
         default=None,
         metadata={"help": "CPU threads of torch in the run's process (unset: torch's own choice, OMP_NUM_THREADS or "
                   "one per core). On a CPU the count changes the arithmetic's last bits, so a run re-run with "
-                  "another count drifts from it; the nano profile sets 1 (docs/nano.md)."},
+                  "another count drifts from it; the shipped nano runs used 1 (docs/nano.md)."},
     )
     heldout_target: dict[str, Any] | None = field(
         default=None,

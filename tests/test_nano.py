@@ -86,29 +86,32 @@ def test_nano_base_is_built_by_the_sft_recipe_to_its_heldout_target(nano_base, t
     assert result["metrics"]["exact_match"] == built["value"], (result["metrics"], built["value"])
 
 
-def test_a_nano_run_uses_one_torch_thread_whatever_the_process_had_and_records_it(nano_base, tmp_path):
-    """The nano profile's torch_threads: 1 (the shipped runs' count; the count changes a CPU run's last bits, so a
-    re-run on a machine with more cores drifted from them): the run and its evaluation set it, whatever the process
-    had, and final_results.json records the count a run trained with. The command line still wins; 0 is refused."""
+def test_torch_threads_sets_the_runs_cpu_threads_and_the_shipped_nano_runs_name_theirs(nano_base, tmp_path):
+    """`torch_threads` (the count changes a CPU run's last bits, so a re-run with another count drifts from the
+    original): the run and its evaluation set it whatever the process had, final_results.json records the count a
+    run trained with, 0 is refused in one line; every shipped nano run's config.yaml names the one thread it ran
+    with, so re-running it gives its numbers on any machine with the same kind of CPU."""
     import torch
 
     from rlhf_recipes.config import RecipeError, load_recipe
+    from rlhf_recipes.paths import REFERENCE_RUNS_DIR
     from rlhf_recipes.train import main
 
-    recipe = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano"], construct=False)
-    assert recipe.args.torch_threads == 1 and recipe.origin["torch_threads"] == "profile nano (common)"
-    assert load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--torch_threads", "2"],
-                       construct=False).args.torch_threads == 2
+    assert load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano"], construct=False).args.torch_threads is None
     with pytest.raises(RecipeError, match="torch_threads"):
         load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--torch_threads", "0"], construct=False)
+    shipped = sorted((REFERENCE_RUNS_DIR / "nano").glob("**/config.yaml"))
+    runs = [c for c in shipped if "bases" not in c.parts and "nano_sft_base" not in c.parts]
+    assert len(runs) >= 57 and all(load_recipe([str(c)], construct=False).args.torch_threads == 1 for c in runs)
     run = tmp_path / "grpo"
     try:
         torch.set_num_threads(2)
-        assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", "1", "--output_dir", str(run)]) == 0
+        assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", "1", "--torch_threads", "1",
+                     "--output_dir", str(run)]) == 0
         assert json.loads((run / "final_results.json").read_text())["torch_threads"] == 1
         torch.set_num_threads(2)
         _evaluate(str(run), "--num_problems", "4", "--output", str(tmp_path / "eval.json"))
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1  # the run's config.yaml says 1
     finally:
         torch.set_num_threads(1)  # this test process's own count (conftest)
 

@@ -1,7 +1,7 @@
 """The book's figures in miniature: every recipe of a family on the nano profile, side by side.
 
-    rlhf-recipes nano-book                               # the ten policy gradients, ~2-5 minutes each on one thread
-    rlhf-recipes nano-book --family direct_alignment     # DPO and its eight relatives, ~2-3 minutes each
+    rlhf-recipes nano-book                               # the ten policy gradients, ~2-3 minutes each on one thread
+    rlhf-recipes nano-book --family direct_alignment     # DPO and its eight relatives, ~1-2 minutes each
     rlhf-recipes nano-book --algorithms grpo,reinforce --max_steps 200 --out outputs/nano-book-quick
     rlhf-recipes nano-book --algorithms grpo,dapo --seeds 3 --workers 2     # 3 training seeds each, 2 at a time
 
