@@ -104,16 +104,66 @@ def test_torch_threads_sets_the_runs_cpu_threads_and_the_shipped_nano_runs_name_
     runs = [c for c in shipped if "bases" not in c.parts and "nano_sft_base" not in c.parts]
     assert len(runs) >= 57 and all(load_recipe([str(c)], construct=False).args.torch_threads == 1 for c in runs)
     run = tmp_path / "grpo"
+    import rlhf_recipes.registry as registry
+
+    building_data = []  # the threads while the evaluation builds its held-out data (an ORM's: sampled rollouts)
+
+    def evaluator_for(recipe, options, _real=registry.evaluator_for):
+        evaluator = _real(recipe, options)
+        data = evaluator.data
+        evaluator.data = lambda *a, **k: (building_data.append(torch.get_num_threads()), data(*a, **k))[1]
+        return evaluator
+
     try:
         torch.set_num_threads(2)
         assert main([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--max_steps", "1", "--torch_threads", "1",
                      "--output_dir", str(run)]) == 0
         assert json.loads((run / "final_results.json").read_text())["torch_threads"] == 1
         torch.set_num_threads(2)
-        _evaluate(str(run), "--num_problems", "4", "--output", str(tmp_path / "eval.json"))
-        assert torch.get_num_threads() == 1  # the run's config.yaml says 1
+        registry.evaluator_for, real = evaluator_for, registry.evaluator_for
+        try:
+            _evaluate(str(run), "--num_problems", "4", "--output", str(tmp_path / "eval.json"))
+        finally:
+            registry.evaluator_for = real
+        assert building_data and set(building_data) == {1}  # the run's config.yaml says 1, before its data
     finally:
         torch.set_num_threads(1)  # this test process's own count (conftest)
+
+
+def test_sampled_rollouts_are_cached_per_torch_thread_count():
+    """Pairs and rollouts sampled with another thread count differ in their last bits, so in some completions: a
+    run with 1 thread (a shipped nano config) never reuses rows another count sampled."""
+    import torch
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data.sampled_rollouts import cache_key
+
+    recipe = load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+    keys = []
+    try:
+        for threads in (1, 2, 1):
+            torch.set_num_threads(threads)
+            keys.append(cache_key(recipe, str(RECIPES), size=8, seed=0, n=2, max_new_tokens=4, sampling={}))
+    finally:
+        torch.set_num_threads(1)
+    assert keys[0] == keys[2] != keys[1]
+
+
+def test_nano_book_and_nano_figures_reuse_the_shipped_runs():
+    """Their jobs ask what the shipped runs ran (one torch thread included), so `--out reference_runs/nano` reuses
+    every finished run instead of refusing it as a run with other settings."""
+    from rlhf_recipes.paths import REFERENCE_RUNS_DIR
+    from rlhf_recipes.tools import nano_book, nano_figures
+    from rlhf_recipes.tools.lab.executor import check_settings
+
+    out = REFERENCE_RUNS_DIR / "nano"
+    jobs = [job for family in ("policy_gradient", "direct_alignment")
+            for job in nano_book.jobs(nano_book.parse(["--family", family, "--seeds", "3", "--out", str(out)]))]
+    jobs += nano_figures.jobs(nano_figures.parse(["--figure", "rejection_sampling,distillation",
+                                                  "--out", str(out / "figures")]))
+    assert len(jobs) == 62 and all((job.folder / "config.yaml").exists() for job in jobs)
+    for job in jobs:
+        check_settings(job)  # raises, naming the keys, for a kept run with other settings
 
 
 def test_nano_sft_is_deterministic(nano_base, tmp_path):

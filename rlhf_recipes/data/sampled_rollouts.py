@@ -13,7 +13,9 @@ the book's correctness reward). One row per prompt: the build_rows columns + `co
 
 Sampling costs minutes on a CPU, so the rows are cached under the cache root (tiny.cache_root), keyed by
 everything that decides them (the model folder's weights file fingerprint, the task spec, size, seed, n,
-sampling settings); a file lock makes concurrent callers wait for one sampling run.
+sampling settings, and torch's CPU thread count, which changes the sampled completions' last bits and so, over
+thousands of draws, some completions: a run with the recipe's `torch_threads` never reuses another count's rows);
+a file lock makes concurrent callers wait for one sampling run.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def _template_kwargs(recipe) -> dict | None:
 
 def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
               sampling: dict[str, Any], dataset_kwargs: dict[str, Any] | None = None) -> str:
+    import torch
+
     blob = json.dumps([_VERSION, str(Path(model_path).resolve()), _model_fingerprint(model_path),
                        recipe.args.dataset_kwargs if dataset_kwargs is None else dataset_kwargs, recipe.args.system_prompt, size, seed, n, max_new_tokens,
-                       sampling, _template_kwargs(recipe)], sort_keys=True, default=str)
+                       sampling, _template_kwargs(recipe), torch.get_num_threads()], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -88,9 +88,6 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
     """Score `model_path` (and its baseline or unquantized self) on the evaluator's held-out problems."""
     from dataclasses import replace
 
-    from rlhf_recipes.cpu_launch import set_torch_threads
-
-    set_torch_threads(recipe)  # the run's threads: its held-out pairs or problems are sampled as in training
     options: EvalOptions = evaluator.options
     _, data = evaluator.data()
     comparison = "quantization" if options.quantize else "baseline" if baseline else "none"

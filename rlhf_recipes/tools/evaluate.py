@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             check_model(args.model)
         # TRL's config classes are not built (~3 s of imports): evaluation reads its settings with recipe.value()
         recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides], construct=False)
+        from rlhf_recipes.cpu_launch import set_torch_threads
+
+        set_torch_threads(recipe)  # the run's threads, before its held-out data (sampled rollouts, pairs) is built
         check_model(args.model)
         name = args.name or split
         output = args.output or default_output(args.model, name)

@@ -9,8 +9,9 @@ For each algorithm of the family (`--family`, one that runs on nano: the registr
 seed (--seeds N: seeds 0..N-1; default one run at the recipe's seed), a job of the sweep's executor
 (rlhf_recipes/tools/lab/executor.py: --workers at once, a failed run never stops the others, the same command
 again resumes what was interrupted and reuses what finished):
-  1. train `recipes/<algorithm>.yaml --profile nano` in its own process (the normal runner), with periodic
-     held-out evaluation (`eval_every` steps, `eval_problems` problems, greedy) logged as eval/<metric>;
+  1. train `recipes/<algorithm>.yaml --profile nano --torch_threads 1` in its own process (the normal runner; one
+     torch thread, as the shipped runs: the same numbers on the same kind of CPU), with periodic held-out
+     evaluation (`eval_every` steps, `eval_problems` problems, greedy) logged as eval/<metric>;
   2. `rlhf-recipes evaluate RUN --baseline`: the family's held-out metrics of the run and of the nano SFT base on
      the same problems, each gain with its paired-bootstrap 95% interval (rlhf_recipes/evaluation/).
 The family says which metrics (Family.nano_book_heldout, nano_book_training): policy gradients, held-out exact
@@ -142,9 +143,10 @@ def jobs(args: argparse.Namespace) -> list:
 
     out = []
     for algorithm in args.algorithm_list:
-        train = [str(recipe_path(algorithm)), "--profile", "nano", "--eval_every", str(args.eval_every),
-                 "--eval_problems", str(args.eval_problems), *(["--max_steps", str(args.max_steps)] if args.max_steps
-                                                               else [])]
+        # One torch thread, as the shipped runs (reference_runs/nano): the count changes a CPU run's numbers.
+        train = [str(recipe_path(algorithm)), "--profile", "nano", "--torch_threads", "1",
+                 "--eval_every", str(args.eval_every), "--eval_problems", str(args.eval_problems),
+                 *(["--max_steps", str(args.max_steps)] if args.max_steps else [])]
         evaluate = ("--num_problems", str(args.num_problems), "--batch_size", "50")
         for seed in (range(args.seeds) if args.seeds else [None]):
             folder = args.out / algorithm if seed is None else args.out / algorithm / f"seed-{seed}"

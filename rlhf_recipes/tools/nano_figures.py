@@ -7,7 +7,8 @@
 Each figure is a family's `book_figure` in the registry (rlhf_recipes/families/base.py, BookFigure): the book's
 wandb image it answers, its panels as (the book's metric, the key our runs log in metrics.jsonl), the algorithms
 whose nano runs it overlays, and the held-out proof drawn beside them. The runs are jobs of the sweep's executor
-(rlhf_recipes/tools/lab/executor.py): `recipes/<algorithm>.yaml --profile nano` in <out>/<algorithm>, --workers at
+(rlhf_recipes/tools/lab/executor.py): `recipes/<algorithm>.yaml --profile nano --torch_threads 1` (one thread, as
+the shipped runs) in <out>/<algorithm>, --workers at
 once; a finished run is reused, an interrupted one resumed, unless --overwrite. instruction_tuning trains nothing:
 it reads the nano SFT base's build (rlhf_recipes.nano.nano_model_path(), built once on first use).
 Writes <out>/nano_<figure>.png (a panel per book metric against the optimizer step, a faint raw line and a
@@ -75,7 +76,8 @@ def jobs(args: argparse.Namespace) -> list:
     from rlhf_recipes.tools.lab.executor import Job
 
     names = [a for f in args.figure_list for a in figure_of(f).algorithms]
-    return [Job(a, args.out / a, (str(recipe_path(a)), "--profile", "nano")) for a in names]
+    # One torch thread, as the shipped runs (reference_runs/nano/figures): the count changes a CPU run's numbers.
+    return [Job(a, args.out / a, (str(recipe_path(a)), "--profile", "nano", "--torch_threads", "1")) for a in names]
 
 
 def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
