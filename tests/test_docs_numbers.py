@@ -80,6 +80,10 @@ def nano_base() -> str:
 
 CLAIMS = [  # (page, what it states, the statement rendered from the shipped file)
     ("docs/nano.md", "GRPO's held-out gain over 3 seeds", grpo_three_seeds),
+    ("README.md", "GRPO's held-out gain over 3 seeds", grpo_three_seeds),
+    ("README.md", "how many policy gradients learn", lambda: how_many_learn("policy_gradient") + " policy gradients"),
+    ("README.md", "how many direct-alignment losses learn",
+     lambda: how_many_learn("direct_alignment") + " direct-alignment losses learn"),
     ("docs/sweeps.md", "GRPO's held-out gain over 3 seeds on today's base", grpo_three_seeds),
     ("docs/policy_gradients.md", "GRPO's held-out gain on nano", grpo_three_seeds),
     ("docs/nano.md", "DPO's held-out exact-match gain", dpo_exact_match),
