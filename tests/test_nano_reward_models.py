@@ -76,6 +76,18 @@ def test_bad_rollout_settings_are_one_line_errors(rollouts, message):
         rollout_settings(recipe)
 
 
+def test_the_report_title_counts_the_split_and_the_best_of_n_problems_apart(capsys):
+    """A reward model's report is over two sets: its split (the classifier's numbers) and best-of-N on held-out
+    problems; the title said only the split's 100 where the best-of-8 rows are over 200 (the shipped ORM's)."""
+    from rlhf_recipes.paths import REFERENCE_RUNS_DIR
+    from rlhf_recipes.tools.evaluate import print_report
+
+    result = json.loads((REFERENCE_RUNS_DIR / "nano" / "reward_models" / "orm" / "eval" / "heldout.json").read_text())
+    print_report(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(100 problems; best-of-8 on 200 held-out problems, baseline)" in out
+
+
 def test_preference_reward_models_train_on_the_nano_pairs():
     """A Bradley-Terry RM on nano reads the direct-alignment family's pairs (a correct and an incorrect sample of the
     nano base), on the policy-gradient runs' task and words; the ORM and PRM keep their rollouts."""

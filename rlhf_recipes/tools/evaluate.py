@@ -157,7 +157,11 @@ def print_report(result: dict) -> None:
     from rlhf_recipes.tools.lab.document import print_table
 
     data, speed = result["data"], result["throughput"]
-    title = (f"{result['algorithm']}: {result['evaluation']} ({data.get('problems')} problems, "
+    # A reward model's best-of-N rows are other problems than its split's (the held-out draw): say both counts.
+    selection = (result.get("details") or {}).get("best_of_n")
+    also = f"; best-of-{selection['rollouts_per_problem']} on {selection['problems']} held-out problems" \
+        if selection else ""
+    title = (f"{result['algorithm']}: {result['evaluation']} ({data.get('problems')} problems{also}, "
              f"{result['comparison'] if result['comparison'] != 'none' else 'no baseline'})")
     print_table(*report_rows(result), title=title)
     rate = speed.get("problems_per_s")
