@@ -44,6 +44,9 @@ from rlhf_recipes.tools.lab.stats import per_problem_gains
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
 WALL_FILE = "nano_book_wall_s.json"
+# A figure's run: the nano profile on one torch thread, as the shipped runs (reference_runs/nano) ran; the thread
+# count changes a CPU run's numbers. nano-figures' runs take the same.
+NANO_RUN = ("--profile", "nano", "--torch_threads", "1")
 # Panel title, axis label and whether it is a rate (drawn in %) of the metrics the families name
 # (Family.nano_book_heldout / nano_book_training); another metric is drawn under its own name.
 LABELS = {
@@ -143,8 +146,7 @@ def jobs(args: argparse.Namespace) -> list:
 
     out = []
     for algorithm in args.algorithm_list:
-        # One torch thread, as the shipped runs (reference_runs/nano): the count changes a CPU run's numbers.
-        train = [str(recipe_path(algorithm)), "--profile", "nano", "--torch_threads", "1",
+        train = [str(recipe_path(algorithm)), *NANO_RUN,
                  "--eval_every", str(args.eval_every), "--eval_problems", str(args.eval_problems),
                  *(["--max_steps", str(args.max_steps)] if args.max_steps else [])]
         evaluate = ("--num_problems", str(args.num_problems), "--batch_size", "50")

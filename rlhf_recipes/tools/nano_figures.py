@@ -74,10 +74,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm of the chosen figures: train on nano into <out>/<algorithm>."""
     from rlhf_recipes.tools.lab.executor import Job
+    from rlhf_recipes.tools.nano_book import NANO_RUN
 
     names = [a for f in args.figure_list for a in figure_of(f).algorithms]
-    # One torch thread, as the shipped runs (reference_runs/nano/figures): the count changes a CPU run's numbers.
-    return [Job(a, args.out / a, (str(recipe_path(a)), "--profile", "nano", "--torch_threads", "1")) for a in names]
+    return [Job(a, args.out / a, (str(recipe_path(a)), *NANO_RUN)) for a in names]
 
 
 def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
