@@ -80,6 +80,41 @@ def test_centered_and_maxrl():
     assert maxrl_advantages(torch.tensor([0.4, 0.0]), 2).tolist() == pytest.approx([1.0, -1.0])
 
 
+def _book_column(formula, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The book's way (policy_gradients/utils.py): one prompt's rewards as a (G, 1) column, reduced over dim 0."""
+    return torch.cat([formula(rewards[i:i + group_size].reshape(-1, 1))
+                      for i in range(0, rewards.numel(), group_size)]).reshape(-1)
+
+
+BOOK_FORMULAS = {
+    "zscore": lambda r: (r - r.mean(dim=0, keepdim=True)) / (r.std(dim=0, keepdim=True) + 1e-8),
+    "center": lambda r: r - r.mean(dim=0, keepdim=True),
+    "rloo": lambda r: (r.shape[0] / (r.shape[0] - 1)) * (r - r.mean(dim=0, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOOK_FORMULAS))
+def test_group_advantages_equal_the_books_column_computation_to_the_bit(name):
+    """Many groups in one call give each group exactly what the book computes for that prompt alone, partial-credit
+    totals and all-equal groups included."""
+    torch.manual_seed(0)
+    for group_size, groups in [(8, 16), (4, 3), (2, 5)]:
+        partial = (torch.randint(0, 11, (group_size * groups,)) / 10 + 0.5 * torch.randint(0, 2, (group_size * groups,)))
+        for rewards in (torch.rand(group_size * groups), partial.float()):
+            expected = _book_column(BOOK_FORMULAS[name], rewards, group_size)
+            assert torch.equal(compute_advantages(name, rewards, group_size), expected)
+
+
+def test_zscore_of_an_all_equal_fractional_group_is_the_books_residue_not_ulp_over_eps():
+    """Eight rollouts with the same partial credit (1.2 = 0.7 correctness + 0.5 format): a row-wise (N/G, G) reduction
+    put the std at exactly 0 with the mean an ulp off, so every rollout got 11.9; the book's column gives 0.87."""
+    for value in [i / 20 for i in range(31)]:
+        rewards = torch.full((4 * 8,), value)
+        adv = zscore_advantages(rewards, 8)
+        assert adv.abs().max().item() < 0.9, value
+        assert torch.equal(adv, _book_column(BOOK_FORMULAS["zscore"], rewards, 8))
+
+
 @pytest.mark.parametrize("name", ["rloo", "zscore"])
 def test_group_estimators_reject_single_rollouts(name):
     with pytest.raises(ValueError, match="at least 2"):

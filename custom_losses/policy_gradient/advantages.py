@@ -12,6 +12,12 @@ completion. R is a group's rewards, mean and std are over that group; std is the
   maxrl    A = (b - mean(b)) / mean(b), 0 if mean(b) == 0   MaxRL, on the binary reward b
 
 Note K/(K-1) * (R_i - mean) equals R_i - mean of the OTHER K-1 rewards: the RLOO baseline.
+
+Each group is computed on its own, as a (G, 1) column reduced over dim 0, exactly as the book's code computes one
+prompt's rollouts (policy_gradients/utils.py). A vectorised (N/G, G) reduction gives other last bits, and on a group
+whose rewards are all equal to a value float32 cannot hold (0.7, 1.2: partial credit) the difference is not small:
+the row-wise std is exactly 0 while the mean is off by an ulp, so the z-score was ulp / eps, up to ~12 (measured:
+eight rewards of 1.2 -> 11.9 for every rollout; the book's column gives 0.87, its own rounding residue).
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ def grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return rewards.view(-1, group_size)
 
 
+def per_group(rewards: torch.Tensor, group_size: int, book_formula) -> torch.Tensor:
+    """Apply `book_formula` to each group's rewards as the book holds them, a (G, 1) column; (N,) back."""
+    g = grouped(rewards, group_size)
+    return torch.cat([book_formula(row.reshape(-1, 1)) for row in g]).reshape(-1)
+
+
 def raw_advantages(rewards: torch.Tensor) -> torch.Tensor:
     """REINFORCE without a baseline: A = R."""
     return rewards.clone()
@@ -39,26 +51,23 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """A = K/(K-1) * (R - mean(R)) per group of K = group_size >= 2 completions."""
     if group_size < 2:
         raise ValueError("RLOO needs at least 2 completions per prompt (its baseline is the other completions)")
-    g = grouped(rewards, group_size)
-    return (group_size / (group_size - 1) * (g - g.mean(dim=1, keepdim=True))).reshape(-1)
+    return per_group(rewards, group_size, lambda r: (group_size / (group_size - 1)) * (r - r.mean(dim=0, keepdim=True)))
 
 
 def zscore_advantages(rewards: torch.Tensor, group_size: int, eps: float = BOOK_STD_EPS) -> torch.Tensor:
     """A = (R - mean(R)) / (std(R) + eps), unbiased std, per group of group_size >= 2.
 
-    A group whose rewards are all equal gets A = 0 exactly (0 / eps).
+    A group whose rewards are all equal gets A = 0 (0 / eps) where float32 holds the value exactly (0, 0.5, 1.5), and
+    the book's rounding residue elsewhere (|A| < 0.9 for eight rewards of 0.05-1.5), as in the book's code.
     """
     if group_size < 2:
         raise ValueError("a z-scored advantage needs at least 2 completions per prompt")
-    g = grouped(rewards, group_size)
-    centered = g - g.mean(dim=1, keepdim=True)
-    return (centered / (g.std(dim=1, keepdim=True, unbiased=True) + eps)).reshape(-1)
+    return per_group(rewards, group_size, lambda r: (r - r.mean(dim=0, keepdim=True)) / (r.std(dim=0, keepdim=True) + eps))
 
 
 def centered_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dr. GRPO: A = R - mean(R) per group (no division by the std)."""
-    g = grouped(rewards, group_size)
-    return (g - g.mean(dim=1, keepdim=True)).reshape(-1)
+    return per_group(rewards, group_size, lambda r: r - r.mean(dim=0, keepdim=True))
 
 
 def maxrl_advantages(binary_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -67,10 +76,12 @@ def maxrl_advantages(binary_rewards: torch.Tensor, group_size: int) -> torch.Ten
     b is the "binary" reward (correctness * [format complete]); dividing by the group's
     success rate weights hard prompts (few successes) up, like maximum likelihood on them.
     """
-    g = grouped(binary_rewards, group_size)
-    mean = g.mean(dim=1, keepdim=True)
-    safe = torch.where(mean > 0, mean, torch.ones_like(mean))
-    return torch.where(mean > 0, (g - mean) / safe, torch.zeros_like(g)).reshape(-1)
+    def book_formula(b: torch.Tensor) -> torch.Tensor:
+        mean = b.mean(dim=0, keepdim=True)
+        safe = torch.where(mean > 0, mean, torch.ones_like(mean))  # no 0/0 computed, even where it is discarded
+        return torch.where(mean > 0, (b - mean) / safe, torch.zeros_like(b))
+
+    return per_group(binary_rewards, group_size, book_formula)
 
 
 def compute_advantages(name: str, rewards: torch.Tensor, group_size: int, eps: float = BOOK_STD_EPS) -> torch.Tensor:

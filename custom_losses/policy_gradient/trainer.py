@@ -199,7 +199,9 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
         if self.args.advantage_reward is not None:
             signal = rewards_per_func[:, self._reward_index[self.args.advantage_reward]].clone()
         else:
-            signal = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+            # summed in float64, then float32: the book adds its rewards as Python floats before making a tensor
+            weighted = rewards_per_func.double() * self.reward_weights.to(device, torch.float64).unsqueeze(0)
+            signal = weighted.nansum(dim=1).to(rewards_per_func.dtype)
             signal[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         if self.args.kl_in_reward and self.beta != 0.0:
             kl = self._rollout_sequence_kl(output).to(device)
