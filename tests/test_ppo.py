@@ -53,6 +53,20 @@ def test_gae_with_the_books_gamma_and_lambda():
     assert close(adv1, [[1.8, 1.6, 0.0], [-1.3, 0.0, 0.0]])
 
 
+def test_gae_carries_through_a_hole_in_the_mask_as_the_book_does():
+    """A masked-out token inside a completion (before its last token) is not an episode end: the book's compute_gae
+    bootstraps through it and carries the running advantage across; only the output is masked."""
+    values = torch.tensor([[0.5, 0.2, 0.1, 0.3]])
+    mask = torch.tensor([[1, 0, 1, 1]])
+    adv, ret = gae(torch.tensor([1.0]), values, mask, gamma=0.9, lam=0.5)
+    a3 = 1.0 - 0.3                                    # last token: done
+    a2 = (0.9 * 0.3 - 0.1) + 0.45 * a3                 # 0.485
+    a1 = (0.9 * 0.1 - 0.2) + 0.45 * a2                 # the hole: computed, carried, masked in the output
+    a0 = (0.9 * 0.2 - 0.5) + 0.45 * a1
+    assert close(adv, [[a0, 0.0, a2, a3]])
+    assert close(ret, [[a0 + 0.5, 0.0, a2 + 0.1, a3 + 0.3]])
+
+
 def test_reward_sits_on_the_last_completion_token():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
     placed = place_on_last_token(torch.tensor([1.0, 2.0, 3.0]), mask)

@@ -90,8 +90,10 @@ def gae(
     """Generalized advantage estimation over the completion tokens -> (advantages, returns), both (B, T).
 
     `rewards` is either (B, T) per-token rewards or (B,) scalar rewards, which are put on each
-    row's last completion token. Every position after the last completion token is done: it
-    bootstraps nothing and carries no advantage. Both outputs are zero outside the mask.
+    row's last completion token. The book's recurrence (policy_gradients/utils.py compute_gae): every position
+    from the row's last completion token on is done (bootstraps nothing, carries nothing back); before it the
+    running advantage carries through every position, a masked-out hole inside the completion included, and
+    the mask is applied at the end. Both outputs are zero outside the mask.
     """
     mask = mask.to(values.dtype)
     if rewards.dim() == 1:
@@ -99,15 +101,19 @@ def gae(
     if rewards.shape != values.shape or values.shape != mask.shape:
         raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask "
                          f"{tuple(mask.shape)} must have the same (B, T) shape")
-    values = values * mask
     length = values.size(1)
+    last = mask.long().cumsum(dim=-1).argmax(dim=-1, keepdim=True)
+    done = (torch.arange(length, device=mask.device).unsqueeze(0) >= last).to(values.dtype)
     advantages = torch.zeros_like(values)
-    next_advantage = torch.zeros_like(values[:, 0])
+    next_value = torch.zeros_like(values[:, 0])
+    running = torch.zeros_like(values[:, 0])
     for t in reversed(range(length)):
-        next_value = values[:, t + 1] * mask[:, t + 1] if t + 1 < length else torch.zeros_like(next_advantage)
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        next_advantage = (delta + gamma * lam * next_advantage) * mask[:, t]
-        advantages[:, t] = next_advantage
+        not_done = 1.0 - done[:, t]
+        delta = rewards[:, t] + not_done * gamma * next_value - values[:, t]
+        running = delta + not_done * gamma * lam * running
+        advantages[:, t] = running
+        next_value = values[:, t]
+    advantages = advantages * mask
     returns = (advantages + values) * mask
     return advantages, returns
 
