@@ -72,9 +72,20 @@ def test_token_bce_is_the_mean_over_completion_tokens_against_the_rollout_label(
     changed = logits.clone()
     changed[0, 0], changed[0, 3], changed[1, 0] = 50.0, -50.0, -9.0
     assert token_bce_loss(changed, targets, mask).item() == pytest.approx(sum(terms) / 4, rel=1e-6)
-    # Soft correctness in [0, 1] is a valid target too.
-    soft = token_bce_loss(logits, torch.tensor([0.5, 0.5]), mask).item()
-    assert soft == pytest.approx(sum(bce(z, 0.5) for z in (-1.0, 2.0, 0.0, 4.0)) / 4, rel=1e-6)
+    # A partial-credit reward is labelled as the book's train_orm.py labels it, int(reward): 0.7 -> 0, 1.0 -> 1.
+    partial = token_bce_loss(logits, torch.tensor([1.0, 0.7]), mask).item()
+    assert partial == pytest.approx(sum(terms) / 4, rel=1e-6)
+    assert token_bce_loss(logits, torch.tensor([0.999, 0.0]), mask).item() == pytest.approx(
+        sum(bce(z, 0) for z in (-1.0, 2.0, 0.0, 4.0)) / 4, rel=1e-6)
+
+
+def test_orm_accuracy_and_ranking_read_a_partial_reward_as_the_books_label():
+    """last_token_hits and rollout_metrics call a rollout correct when int(reward) != 0, as the book's outcome."""
+    logits = torch.tensor([[0.0, 2.0], [0.0, 2.0], [0.0, -2.0]])
+    mask = torch.tensor([[0, 1], [0, 1], [0, 1]])
+    assert last_token_hits(logits, torch.tensor([1.0, 0.7, 0.7]), mask).tolist() == [True, False, True]
+    m = rollout_metrics([0.9, 0.2], [0.7, 1.0], [0, 0])  # the 0.7 rollout is the wrong one: scoring it higher loses
+    assert m["top1_accuracy"] == 0.0 and m["pairwise_accuracy"] == 0.0
 
 
 def test_token_bce_without_completion_tokens_is_zero_and_differentiable():
@@ -226,6 +237,30 @@ def test_prm_warmup_formula():
     assert [book_warmup_constant(k, 0) for k in range(3)] == [1.0, 1.0, 1.0]  # no warmup: constant
     with pytest.raises(ValueError):
         book_warmup_constant(0, 4, start_factor=0.0)
+
+
+def test_preference_rm_warms_up_over_the_books_int_of_the_ratio():
+    """The book's train_preference_rm.py: W = int(0.1 T) before transformers' linear schedule; transformers' own
+    get_warmup_steps takes the ceiling (T = 564: 57 where the book has 56)."""
+    import math
+
+    from transformers import Trainer
+
+    from rlhf_recipes.config import load_recipe
+
+    args = load_recipe(["recipes/preference_rm.yaml", "--bf16", "false"]).training
+    assert args.lr_scheduler_type == "linear" and args.warmup_steps == 0.1
+    assert math.ceil(564 * 0.1) == 57 and args.get_warmup_steps(564) == int(564 * 0.1) == 56
+    assert args.get_warmup_steps(450) == 45  # 0.1 * 450 = 45.00000000000001: the ceiling would give 46
+    stub = SimpleNamespace(args=args, lr_scheduler=None)  # transformers' own scheduler asks the args for W
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = Trainer.create_scheduler(stub, 564, optimizer)
+    lrs = []
+    for _ in range(58):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[56] == 1.0 and lrs[55] == pytest.approx(55 / 56)
 
 
 def test_prm_recipe_schedule_is_torch_linear_lr_then_constant():

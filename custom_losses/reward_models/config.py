@@ -9,7 +9,7 @@ from transformers import TrainingArguments
 from trl import RewardConfig
 
 from custom_losses.reward_models.data import OVERLONG_ROLLOUTS
-from custom_losses.schedules import BookLRScheduleArguments
+from custom_losses.schedules import BookLRScheduleArguments, BookWarmupSteps
 from rewards.reward_model_encoding import DEFAULT_PROMPT_TEMPLATE, DEFAULT_STEP_SEPARATOR, STEP_SPLITS
 
 TRUNCATION_MODES = ("keep_start", "keep_end")
@@ -24,8 +24,9 @@ def _check_common(cfg) -> None:
 
 
 @dataclass
-class PreferenceRMConfig(RewardConfig):
-    """TRL's RewardConfig, truncating over-long sequences instead of dropping them (the book)."""
+class PreferenceRMConfig(BookWarmupSteps, RewardConfig):
+    """TRL's RewardConfig, truncating over-long sequences instead of dropping them (the book), with the book's
+    warmup length W = int(ratio * T) under transformers' linear schedule (the book's train_preference_rm.py)."""
 
     rm_kind: ClassVar[str] = "preference"
 

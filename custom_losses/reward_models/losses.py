@@ -35,18 +35,24 @@ def bradley_terry_loss(
     return -F.logsigmoid(diff)
 
 
+def outcome_label(rewards):
+    """The book's ORM label of a rollout: int(reward) (train_orm.py, `label = int(reward)`), so 0.7 is 0 (wrong)."""
+    return rewards.trunc() if isinstance(rewards, torch.Tensor) else np.trunc(np.asarray(rewards, dtype=np.float64))
+
+
 def token_bce_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """ORM loss: binary cross-entropy of every completion token against its rollout's correctness.
 
-    logits (B, T): one logit z_t per token; targets (B,): y in [0, 1] per sequence (1 = the
-    rollout's final answer is right); mask (B, T): 1 on completion tokens.
+    logits (B, T): one logit z_t per token; targets (B,): each rollout's reward, whose label is the book's
+    y = int(reward) (`outcome_label`: a partial-credit reward under 1 is a wrong answer); mask (B, T): 1 on
+    completion tokens.
     loss = sum_{b,t} M_bt * BCE(z_bt, y_b) / sum_{b,t} M_bt, with
     BCE(z, y) = -[y log sigmoid(z) + (1 - y) log(1 - sigmoid(z))]  (the mean over all masked
     tokens of the micro-batch, as the book computes it). Zero, with a graph, if nothing is masked in.
     """
     mask = mask.to(logits.dtype)
     per_token = F.binary_cross_entropy_with_logits(
-        logits, targets.to(logits.dtype)[:, None].expand_as(logits), reduction="none"
+        logits, outcome_label(targets).to(logits.dtype)[:, None].expand_as(logits), reduction="none"
     )
     total = mask.sum()
     if total == 0:
@@ -91,13 +97,13 @@ def last_token_hits(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     """ORM training accuracy per SEQUENCE, as the book logs `train/accuracy` (since its PR #517).
 
     logits (B, T) token logits, targets (B,) correctness, mask (B, T) completion tokens. A rollout
-    is right when sigmoid(z) > 0.5 (z > 0) at its LAST completion token agrees with y >= 0.5.
+    is right when sigmoid(z) > 0.5 (z > 0) at its LAST completion token agrees with its label int(reward) != 0.
     Returns a (B,) bool tensor; rows with no completion token are False (the caller counts them out).
     """
     positions = torch.arange(mask.size(-1), device=mask.device)
     last = (positions * mask.long()).argmax(-1)
     last_logits = logits.gather(-1, last[:, None]).squeeze(-1)
-    return ((last_logits > 0) == (targets >= 0.5)) & mask.bool().any(-1)
+    return ((last_logits > 0) == (outcome_label(targets) != 0)) & mask.bool().any(-1)
 
 
 def rollout_metrics(scores, rewards, groups) -> dict[str, float]:
@@ -111,7 +117,7 @@ def rollout_metrics(scores, rewards, groups) -> dict[str, float]:
     = fraction of prompts with at least one correct rollout.
     """
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    correct = np.asarray(rewards, dtype=np.float64).reshape(-1) >= 0.5
+    correct = outcome_label(rewards).reshape(-1) != 0  # the book's outcome: bool(int(reward))
     groups = np.asarray(groups).reshape(-1)
     top1, random_top1, oracle, wins, pairs = [], [], [], 0.0, 0
     for g in np.unique(groups):

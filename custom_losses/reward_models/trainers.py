@@ -18,7 +18,7 @@ from transformers import Trainer
 from custom_losses.reward_models.data import IGNORE_INDEX, RolloutCollator, StepCollator
 from custom_losses.schedules import BookLRScheduleMixin
 from custom_losses.reward_models.losses import (
-    last_token_hits, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
+    last_token_hits, outcome_label, rollout_metrics, step_ce_loss, step_metrics, token_bce_loss,
 )
 from rewards.reward_model_scoring import rollout_scores
 
@@ -98,7 +98,7 @@ class OutcomeRMTrainer(_TokenRewardTrainer):
             has_tokens = mask.bool().any(-1)
             self._record(mode, "accuracy", last_token_hits(logits, targets, mask).sum(), has_tokens.sum())
             keep = mask.bool()
-            right = ((logits > 0) == (targets[:, None] >= 0.5).expand_as(logits)) & keep
+            right = ((logits > 0) == (outcome_label(targets)[:, None] != 0).expand_as(logits)) & keep
             self._record(mode, "token_accuracy", right.sum(), keep.sum())
             scores = rollout_scores(logits, mask, self.args.score_reduction)
         return (loss, {"scores": scores}) if return_outputs else loss
