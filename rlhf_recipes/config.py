@@ -352,6 +352,11 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
             ) from None
 
     check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
+    for key, (accepted, why) in algorithm.fixed.items():
+        value = next((g[key] for g in typed.values() if key in g), accepted)
+        if value != accepted:
+            raise RecipeError(f"{origin[key]}: `{key}` {value!r}: {why}; remove it (the book's {name} runs with "
+                              f"{accepted!r})")
     dataset = typed["recipe"].get("dataset")
     if dataset is not None and dataset not in SOURCES:
         raise RecipeError(f"{origin['dataset']}: unknown dataset `{dataset}`.{_suggest(str(dataset), SOURCES)} "

@@ -40,6 +40,8 @@ class Algorithm:
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
+    # keys the book's algorithm does not read: key -> (the one value accepted, why); another value is refused
+    fixed: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
 
 # The families, in the order tools list them: name -> the family object (families/base.py), imported here by name
@@ -231,12 +233,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             # over the whole accumulated batch instead).
             defaults={"advantage_estimator": "zscore", "loss_type": "bnpo", "epsilon": 0.2, "epsilon_high": 0.28,
                       "dynamic_sampling": True},
+            fixed={"beta": (0.0, "the book's DAPO loss has no KL term (its DAPOLoss reads no beta)")},
         ),
         Algorithm(
             "maxrl", **_policy_gradient(middle=("rewards/binary_reward/mean", _CONTRAST)),
             paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
                       "book_objective": "policy_gradient", "loss_type": "grpo"},
+            fixed={"beta": (0.0, "the book's MaxRL loss has no KL term (its MaxRLLoss reads no beta)")},
         ),
         Algorithm(
             "ppo", **_policy_gradient(classes=_PPO,

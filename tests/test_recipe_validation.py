@@ -106,6 +106,19 @@ def test_misspelt_command_line_flag(tmp_path):
     assert "command line" in message and "`--bta`" in message and "`beta`" in message
 
 
+@pytest.mark.parametrize("recipe", ["dapo", "maxrl"])
+def test_a_kl_coefficient_where_the_books_loss_has_no_kl_term_is_refused(recipe, tmp_path):
+    """The book's DAPOLoss and MaxRLLoss read no beta: a beta there would add a KL term the book's algorithm has not,
+    so it is refused in one line naming where it came from (before: it trained with our KL term added)."""
+    with pytest.raises(RecipeError, match=r"^command line: `beta` 0.04: the book's .* loss has no KL term"):
+        load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.04"], construct=False)
+    yaml = tmp_path / "r.yaml"
+    yaml.write_text((ROOT / f"recipes/{recipe}.yaml").read_text() + "beta: 0.1\n")
+    with pytest.raises(RecipeError, match=f"^{yaml}: `beta` 0.1"):
+        load_recipe([str(yaml)], construct=False)
+    assert load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.0"], construct=False).value("beta") == 0.0
+
+
 def test_wrong_type_names_key_and_expected_type():
     message = _error(["recipes/dpo.yaml", "--learning_rate", "fast"])
     assert "command line" in message and "`learning_rate` must be float" in message and "'fast'" in message
