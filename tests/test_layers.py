@@ -59,3 +59,18 @@ def test_the_core_never_names_the_tools():
     named = [f"{p.relative_to(REPO)}:{n}" for p in core for n, line in enumerate(p.read_text().splitlines(), 1)
              if "rlhf_recipes.tools" in line]
     assert named == []
+
+
+def test_beta_reaches_the_loss_through_four_of_our_files(tmp_path):
+    """A recipe value's path is short (issue 35: 11 files in the first design): `beta` from recipes/dpo.yaml is read
+    and layered (config.py), converted (config_schema.py), range-checked (validation.py) and handed to the DPO config
+    class (custom_losses/schedules.py), whose TRL loss reads it. Measured on a real one-step run by
+    `python -m benchmarks.value_path`; the other files on its trace only carry the whole config (writers, hashes)."""
+    from benchmarks.value_path import trace
+
+    path = trace("beta", ["recipes/dpo.yaml", "--profile", "tiny", "--max_steps", "1", "--report_to", "none",
+                          "--output_dir", str(tmp_path / "dpo")])
+    handled = [file for file, functions in path.items() if "value" in functions.values()]
+    assert handled == ["rlhf_recipes/config.py", "rlhf_recipes/config_schema.py", "rlhf_recipes/validation.py"]
+    assert "custom_losses/schedules.py" in path  # ScheduledDPOConfig.__post_init__ holds it: the class TRL reads
+    assert not any(file.startswith(("rlhf_recipes/families/", "rlhf_recipes/registry")) for file in handled)
