@@ -51,6 +51,29 @@ def test_topk_tail_reverse_kl_equals_trl():
     torch.testing.assert_close(topk_tail_reverse_kl(student, teacher, 20), trl)
 
 
+def test_topk_tail_reverse_kl_in_bf16_is_the_books_bf16_arithmetic():
+    """The book's SDPOLoss works in the logits' dtype (bf16 on a GPU): top-k of the logits minus their log-sum-exp,
+    a tail bucket, torch's kl_div, all in bf16. Ours upcast to float32 first and gave other numbers (0.288 where the
+    book's loss is 0.293 on one bf16 batch)."""
+    import torch.nn.functional as F
+
+    def book_tail(log_probs):
+        log_sum = log_probs.logsumexp(dim=-1, keepdim=True).clamp(max=-1e-7)
+        return torch.cat([log_probs, torch.log(-torch.expm1(log_sum))], dim=-1)
+
+    g = torch.Generator().manual_seed(3)
+    student = (torch.randn(8, 6, 500, generator=g) * 3).to(torch.bfloat16)
+    teacher = (student.float() + torch.randn(8, 6, 500, generator=g)).to(torch.bfloat16)
+    top, index = student.topk(20, dim=-1)
+    s_logp = book_tail(top - student.logsumexp(dim=-1, keepdim=True))
+    t_logp = book_tail(teacher.gather(-1, index) - teacher.logsumexp(dim=-1, keepdim=True))
+    book = F.kl_div(t_logp, s_logp, reduction="none", log_target=True).sum(-1)
+    got = topk_tail_reverse_kl(student, teacher, k=20)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, book)
+    upcast = topk_tail_reverse_kl(student.float(), teacher.float(), k=20)
+    assert not torch.equal(got.float(), upcast)  # the float32 numbers are not the book's bf16 ones
+
+
 def test_topk_covering_almost_all_mass_stays_finite():
     """20 tokens hold all but ~1e-13 of the student's mass: the tail bucket is clamped, not log 0."""
     student = torch.full((1, 2, 30), -30.0)

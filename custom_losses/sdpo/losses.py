@@ -6,6 +6,7 @@ Pure functions on tensors; the trainer (trainer.py) only feeds them logits and m
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 TAIL_LOG_MASS_MAX = -1e-7  # log of the top-k mass is clamped here, so the tail bucket never has log(0)
 
@@ -32,15 +33,14 @@ def topk_tail_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Ten
     the loss at a position is
         KL(s || t) = sum_{i in I + {tail}} p_s(i) (log p_s(i) - log p_t(i)).
     Gradients flow through the student only when the teacher logits are detached (the trainer
-    computes them under no_grad).
+    computes them under no_grad). Computed as the book's SDPOLoss computes it, op for op and in the logits' own
+    dtype (bf16 logits stay bf16: the book's numbers, not more precise ones): top-k of the logits, minus the
+    log-sum-exp, and torch's kl_div on the log-probabilities.
     """
-    student_log_probs = torch.log_softmax(student_logits.float(), dim=-1)
-    teacher_log_probs = torch.log_softmax(teacher_logits.float(), dim=-1)
-    top_student, index = torch.topk(student_log_probs, k=k, dim=-1)
-    top_teacher = torch.gather(teacher_log_probs, dim=-1, index=index)
-    log_s = topk_tail_log_probs(top_student)
-    log_t = topk_tail_log_probs(top_teacher)
-    return (log_s.exp() * (log_s - log_t)).sum(dim=-1)
+    top_student, index = student_logits.topk(k, dim=-1)
+    log_s = topk_tail_log_probs(top_student - student_logits.logsumexp(dim=-1, keepdim=True))
+    log_t = topk_tail_log_probs(teacher_logits.gather(-1, index) - teacher_logits.logsumexp(dim=-1, keepdim=True))
+    return F.kl_div(log_t, log_s, reduction="none", log_target=True).sum(dim=-1)
 
 
 def group_token_mean(per_token: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
