@@ -13,6 +13,7 @@ subclassing `BookLRScheduleArguments` (before the TrainingArguments class); the 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -115,12 +116,30 @@ class BookLRScheduleArguments(BookWarmupSteps):
 
 
 class BookLRScheduleMixin:
-    """`create_scheduler` for a transformers Trainer: the book's schedule when `args.book_lr_schedule`."""
+    """`create_scheduler` for a transformers Trainer: the book's schedule when `args.book_lr_schedule`.
+
+    The book's SFT and direct-alignment loops count T = (micro-batches per epoch // accumulation) x epochs: an
+    epoch's last, partial accumulation step is not in T, so the run's last step trains at the schedule's end, lr 0
+    (the book's cDPO run: 250 micro-batches, accumulation 4, T = 62 and a 63rd step at lr 0). transformers counts
+    that step in T; with an epoch-based run (no max_steps) the warmup_linear shape takes the book's T."""
+
+    _book_full_steps: int | None = None
+
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        self._book_full_steps = None
+        if args.max_steps <= 0 and dataloader is not None and hasattr(dataloader, "__len__"):
+            per_epoch = len(dataloader) // args.gradient_accumulation_steps
+            self._book_full_steps = math.floor(per_epoch * args.num_train_epochs) or None
+        return values
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if not getattr(self.args, "book_lr_schedule", False):
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
+            book_steps = getattr(self, "_book_full_steps", None)
+            if self.args.book_lr_shape == "warmup_linear" and book_steps:
+                num_training_steps = book_steps
             warmup = book_warmup_steps(self.args.warmup_steps, num_training_steps)
             factory = BOOK_LR_SCHEDULERS[self.args.book_lr_shape]
             self.lr_scheduler = factory(optimizer or self.optimizer, warmup, num_training_steps)

@@ -290,6 +290,23 @@ def test_every_direct_alignment_recipe_uses_the_books_warmup(algorithm):
     assert lrs[T - 1] == pytest.approx(lr / (T - W))
 
 
+def test_an_epoch_with_a_partial_accumulation_step_counts_t_as_the_book(tmp_path):
+    """The book's cDPO run: 250 micro-batches, accumulation 4, one epoch. Its loop counts T = 250 // 4 = 62 optimizer
+    steps (W = 6) and takes the leftover 2 micro-batches as a 63rd step at the schedule's end, lr 0; transformers
+    counts 63 steps (the lr at step 30 was lr 33/57 where the book's is lr 32/56)."""
+    trainer, *_ = _trainer_and_batch("cdpo", tmp_path)
+    trainer.args.max_steps, trainer.args.num_train_epochs, trainer.args.gradient_accumulation_steps = -1, 1, 4
+    trainer.args.warmup_steps = 0.1
+    dataloader = torch.utils.data.DataLoader(list(range(250)), batch_size=1)
+    *_, max_steps = trainer.set_initial_training_values(trainer.args, dataloader)
+    assert max_steps == 63  # transformers' count: the partial step is a step
+    lr = trainer.args.learning_rate
+    lrs = _lrs(trainer, trainer.create_scheduler, max_steps)
+    assert lrs[0] == pytest.approx(lr / 7) and lrs[6] == pytest.approx(lr)
+    assert lrs[30] == pytest.approx(lr * 32 / 56)
+    assert lrs[61] == pytest.approx(lr / 56) and lrs[62] == 0.0
+
+
 def test_dpo_trainer_creates_the_books_schedule(tmp_path):
     """On a real (TRL-native loss) DPO trainer: its create_scheduler is the book's, not transformers' linear."""
     trainer, *_ = _trainer_and_batch("dpo", tmp_path)
