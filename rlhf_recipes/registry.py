@@ -136,6 +136,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
+            fixed={"label_smoothing": (0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
+                                            "label smoothing is cDPO: recipes/cdpo.yaml)")},
         ),
         Algorithm(
             "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
@@ -145,6 +147,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
+            fixed={"label_smoothing": (0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it")},
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),

@@ -119,6 +119,14 @@ def test_a_kl_coefficient_where_the_books_loss_has_no_kl_term_is_refused(recipe,
     assert load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.0"], construct=False).value("beta") == 0.0
 
 
+@pytest.mark.parametrize("recipe", ["dpo", "dpo_norm"])
+def test_label_smoothing_that_trls_loss_would_ignore_is_refused(recipe):
+    """TRL's sigmoid and sigmoid_norm losses read no label_smoothing: a 0.1 trained plain DPO without a word."""
+    with pytest.raises(RecipeError, match=r"^command line: `label_smoothing` 0.1: TRL's sigmoid"):
+        load_recipe([f"recipes/{recipe}.yaml", "--label_smoothing", "0.1"], construct=False)
+    assert load_recipe(["recipes/cdpo.yaml"], construct=False).value("label_smoothing") == 0.1
+
+
 def test_wrong_type_names_key_and_expected_type():
     message = _error(["recipes/dpo.yaml", "--learning_rate", "fast"])
     assert "command line" in message and "`learning_rate` must be float" in message and "'fast'" in message
