@@ -217,6 +217,25 @@ def recipe_help(argv: list[str]) -> str:
     return "\n".join(lines)
 
 
+class _BareFlag(str):
+    """The value of a flag given without one: "true", marked so that a key which is not a boolean is refused."""
+
+
+BARE_FLAG = _BareFlag("true")
+
+
+def takes_bool(desc: Any) -> bool:
+    try:
+        coerce(True, desc)
+    except Mismatch:
+        return False
+    return True
+
+
+def needs_a_value(key: str) -> str:
+    return f"command line: `--{key}` needs a value (--{key} VALUE)"
+
+
 def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:
     """`RECIPE.yaml --key value --flag --key=value` -> (path, {key: raw string})."""
     if not argv or argv[0].startswith("-"):
@@ -235,7 +254,12 @@ def split_command_line(argv: list[str]) -> tuple[str, dict[str, str]]:
             value = rest[i + 1]
             i += 1
         else:
-            value = "true"  # a bare flag
+            # A bare flag switches a boolean on (--overwrite); any other key needs its value. Ours are known here;
+            # the TRL keys' types only once the algorithm is (load_recipe refuses those, seeing BARE_FLAG).
+            name = key.replace("-", "_")
+            if name != "resume" and not takes_bool(read_fields(RecipeArgs).get(name, {}).get("type", "bool")):
+                raise RecipeError(needs_a_value(name))
+            value = BARE_FLAG
         overrides[key.replace("-", "_")] = value
         i += 1
     if overrides.get("resume") == "true":
@@ -295,9 +319,13 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     for key in data:
         if key not in owner:
             raise RecipeError(f"{path}: unknown key `{key}` for algorithm `{name}`.{_suggest(key, owner)}")
-    for key in cli:
+    for key, value in cli.items():
         if key not in owner:
             raise RecipeError(f"command line: unknown option `--{key}` for algorithm `{name}`.{_suggest(key, owner)}")
+        if value is BARE_FLAG:
+            if not takes_bool(schema[owner[key]][key]["type"]):
+                raise RecipeError(needs_a_value(key))
+            cli[key] = "true"  # a plain string from here on (config.yaml is dumped by yaml.safe_dump)
 
     profile = cli.get("profile", data.get("profile"))
     if profile is not None and profile not in profile_names():

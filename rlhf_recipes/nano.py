@@ -272,7 +272,8 @@ def ship_bases() -> list[Path]:
             shutil.copyfile(built / name, target / name)
         resolved = target / "config.yaml"
         # the build ran in a temporary folder (tiny.build_cached) that the resolved recipe names as its output_dir
-        text = re.sub(rf"\S*/{re.escape(BUILDING_PREFIX)}[\w-]+", str(target.relative_to(REPO_ROOT)),
+        # (mkdtemp's name is letters, digits and _: a "-rerun" after it, in the header's re-run command, stays)
+        text = re.sub(rf"\S*/{re.escape(BUILDING_PREFIX)}\w+", str(target.relative_to(REPO_ROOT)),
                       resolved.read_text())
         resolved.write_text(text.replace(f"{REPO_ROOT}/", ""))
         shipped.append(target)

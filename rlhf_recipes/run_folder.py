@@ -49,7 +49,8 @@ def write_config(recipe, output_dir: Path, resolved: dict[str, Any] | None = Non
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / CONFIG_FILE
     header = (f"# Resolved recipe of this run (from {recipe.source}, world size {recipe.world_size}).\n"
-              f"# Re-run it with: python recipes/run.py {path}\n")
+              # A plain re-run into this folder is refused (it holds this run): the command names a new one.
+              f"# Re-run it with: python recipes/run.py {path} --output_dir {output_dir}-rerun\n")
     atomic_write_text(path, header + yaml.safe_dump(recipe.resolved if resolved is None else resolved,
                                                     sort_keys=False))
     return path

@@ -32,7 +32,7 @@ from rlhf_recipes.config import Recipe, RecipeError
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.run_folder import (
-    CONFIG_FILE, FINAL_RESULTS_FILE, METRICS_FILE, read_config, read_metrics, run_finished, write_config,
+    CONFIG_FILE, FINAL_RESULTS_FILE, METRICS_FILE, SavedRun, read_config, read_metrics, run_finished, write_config,
 )
 from rlhf_recipes.run_lock import HOLDER_FILE, LOCK_FILE, RunLock
 
@@ -250,10 +250,21 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         _compare_settings(recipe, folder, step)
     # Only the main process judges: the others would see the config.yaml it has just written.
     elif is_main_process() and (output_dir / CONFIG_FILE).exists() and not recipe.args.overwrite:
-        raise RecipeError(
-            f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
-            "or pick another --output_dir."
-        )
+        raise RecipeError(holds_a_run(output_dir))
+
+
+def holds_a_run(output_dir: Path) -> str:
+    """The refusal of a plain start into a folder that holds a run. A finished run has no checkpoint to continue
+    (--resume would only say so), so it is offered a new folder instead."""
+    try:
+        finished = SavedRun(Path(output_dir)).finished
+    except (OSError, ValueError):  # unreadable: not a finished run
+        finished = False
+    if finished:
+        return (f"{output_dir} already holds a finished run. Run it again into a new folder with --output_dir "
+                f"{output_dir}-rerun, or replace it with --overwrite.")
+    return (f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
+            "or pick another --output_dir.")
 
 
 def _resume_or_start(output_dir: Path) -> Path | None:

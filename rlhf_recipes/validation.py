@@ -245,7 +245,7 @@ def check_hub_model(name: str, flag: str) -> None:
         return
     why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached from this machine"
     raise RecipeError(f"{flag}: `{name}` is not in the local model cache and {why}. Download it where the hub is "
-                      f"reachable (huggingface-cli download {name}) and copy the cache, or pass a local folder")
+                      f"reachable (hf download {name}) and copy the cache, or pass a local folder")
 
 
 def check_hub_dataset(hub_id: str, flag: str) -> None:
@@ -260,7 +260,8 @@ def check_hub_dataset(hub_id: str, flag: str) -> None:
     why = "the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)" if offline else \
         "the Hugging Face hub cannot be reached from this machine"
     raise RecipeError(f"{flag}: dataset `{hub_id}` is not in the local cache and {why}. Download it where the hub "
-                      f"is reachable, or give a local file in the same schema with --data_files")
+                      f"is reachable (hf download --repo-type dataset {hub_id}) and copy the cache, or give a local "
+                      "file in the same schema with --data_files")
 
 
 def check_model(name: str | None, flag: str, chat_template: bool = False) -> None:

@@ -302,7 +302,8 @@ def test_a_stale_shipped_base_is_not_used_and_ship_replaces_it(monkeypatch, tmp_
         (built / "build.log").write_text("not shipped")
         (built / "config.yaml").write_text(
             f"# Resolved recipe of this run (from {checkout}/recipes/nano_sft.yaml, world size 1).\n"
-            f"# Re-run it with: python recipes/run.py /root/.cache/rlhf-recipes/.building-ab_1/config.yaml\n"
+            f"# Re-run it with: python recipes/run.py /root/.cache/rlhf-recipes/.building-ab_1/config.yaml "
+            f"--output_dir /root/.cache/rlhf-recipes/.building-ab_1-rerun\n"
             f"output_dir: /root/.cache/rlhf-recipes/.building-ab_1\nresolved_from: {checkout}/recipes/nano_sft.yaml\n")
         builds[prefix] = built
     monkeypatch.setattr(nano, "nano_model_path", lambda: str(builds["nano-sft"]))
@@ -315,5 +316,6 @@ def test_a_stale_shipped_base_is_not_used_and_ship_replaces_it(monkeypatch, tmp_
         resolved = (folder / "config.yaml").read_text()
         assert str(tmp_path) not in resolved and "/root" not in resolved, resolved
         assert f"output_dir: reference_runs/nano/bases/{folder.name}\n" in resolved
+        assert f"--output_dir reference_runs/nano/bases/{folder.name}-rerun\n" in resolved  # a command that runs
         assert "resolved_from: recipes/nano_sft.yaml" in resolved
     assert nano._base_dir() == bases / builds["nano-sft"].name  # now the shipped one

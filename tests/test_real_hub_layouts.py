@@ -118,6 +118,7 @@ def test_prm800k_not_cached_offline_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="phase1_train.jsonl is not in the local hub cache") as err:
         load_splits(recipe)
     assert "\n" not in str(err.value)
+    assert "(hf download --repo-type dataset tasksource/PRM800K phase1_train.jsonl)" in str(err.value)
 
 
 # --------------------------------------------------------------------------------------

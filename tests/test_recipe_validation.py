@@ -152,6 +152,28 @@ def test_unknown_profile():
     assert "profile `huge` is unknown" in _error(["recipes/dpo.yaml", "--profile", "huge"])
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--learning_rate"], "learning_rate"),  # last on the line
+    (["--learning_rate", "--beta", "0.2"], "learning_rate"),  # followed by another flag
+    (["--profile", "--learning_rate", "1e-5"], "profile"),  # ours: was "profile `true` is unknown"
+    (["--output_dir"], "output_dir"),  # a text key: was taken as the folder `true`
+    (["--report-to"], "report_to"),
+])
+def test_a_flag_without_its_value_is_one_line_naming_it(argv, flag):
+    assert _error(["recipes/dpo.yaml", "--bf16", "false", *argv]) == (
+        f"command line: `--{flag}` needs a value (--{flag} VALUE)")
+
+
+def test_a_boolean_flag_alone_still_switches_it_on(tmp_path):
+    r = load_recipe(["recipes/dpo.yaml", "--profile", "tiny", "--output_dir", str(tmp_path), "--use_peft",
+                     "--gradient_checkpointing", "--overwrite", "--resume"])
+    assert r.model.use_peft is True and r.value("gradient_checkpointing") is True and r.args.overwrite is True
+    assert r.args.resume == "latest"
+    import yaml
+
+    assert yaml.safe_load(yaml.safe_dump(r.resolved))["use_peft"] is True  # config.yaml holds plain values
+
+
 def test_command_line_values_are_typed_and_override_yaml(tmp_path):
     r = load_recipe(["recipes/dpo.yaml", "--learning_rate", "1e-6", "--beta=0.3", "--bf16", "false",
                      "--output_dir", str(tmp_path)])
@@ -195,6 +217,31 @@ def test_existing_run_is_not_overwritten_silently(tmp_path):
     out.mkdir()
     (out / "config.yaml").write_text("algorithm: dpo\n")
     assert run_recipe("dpo.yaml", out, expect=2) == {}
+    assert (out / "config.yaml").read_text() == "algorithm: dpo\n"
+
+
+def test_a_start_into_a_finished_run_offers_a_new_folder_not_resume(tmp_path):
+    """--resume on a finished run only says there is no checkpoint: the refusal offers what works for each kind."""
+    import os
+
+    from rlhf_recipes.run_setup import prepare_output_dir
+    from rlhf_recipes.tools.preflight import _output_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("algorithm: dpo\n")
+    recipe = load_recipe(["recipes/dpo.yaml", "--bf16", "false", "--output_dir", str(out)])
+    for check in (prepare_output_dir, _output_dir):  # the runner, and preflight
+        with pytest.raises(RecipeError, match="already holds a run. Continue it with --resume"):
+            check(recipe)
+    (out / "final_results.json").write_text('{"status": "finished"}')
+    os.utime(out / "config.yaml", (1e9, 1e9))  # the result written after the run's start
+    for check in (prepare_output_dir, _output_dir):
+        with pytest.raises(RecipeError) as info:
+            check(recipe)
+        message = str(info.value)
+        assert f"{out} already holds a finished run" in message and f"--output_dir {out}-rerun" in message
+        assert "--overwrite" in message and "--resume" not in message and "\n" not in message
     assert (out / "config.yaml").read_text() == "algorithm: dpo\n"
 
 

@@ -166,7 +166,26 @@ def test_missing_model_folder_and_uncached_hub_model_offline(tmp_path, capsys, m
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
     line = fails(capsys, *dpo("--model_name_or_path", "nobody/not-a-model", "--output_dir", str(tmp_path / "b")))
-    assert "is not in the local model cache and HF_HUB_OFFLINE is set" in line and "huggingface-cli download" in line
+    assert "is not in the local model cache and HF_HUB_OFFLINE is set" in line
+    assert "(hf download nobody/not-a-model)" in line  # huggingface_hub 2.x ships `hf`, not huggingface-cli
+
+
+def test_download_hints_name_the_hf_command_that_huggingface_hub_ships(tmp_path, monkeypatch):
+    """huggingface_hub 2.x installs `hf` only: a hint naming `huggingface-cli` sends the user to a missing command."""
+    import huggingface_hub.constants
+
+    from rlhf_recipes.validation import check_hub_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(RecipeError) as info:
+        check_hub_dataset("nobody/no-data", "`dataset_name`")
+    assert "hf download --repo-type dataset nobody/no-data" in str(info.value)
+    root = Path(__file__).resolve().parents[1]
+    named = [f"{p.relative_to(root)}" for p in [root / "README.md", *(root / "docs").rglob("*.md"),
+                                                 *(root / "rlhf_recipes").rglob("*.py")]
+             if "huggingface-cli" in p.read_text(encoding="utf-8")]
+    assert not named, f"files that still name huggingface-cli: {named}"
 
 
 def test_a_missing_reward_model_is_found_before_the_policy_loads(tmp_path, capsys):
@@ -225,6 +244,23 @@ def test_the_printed_resume_command_works_for_tiny_runs(six_steps, tmp_path):
     results = json.loads((out / "final_results.json").read_text())
     assert results["steps"] == 6 and results["status"] == "finished"
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_rerun_command_config_yaml_names_works_for_a_finished_run(six_steps):
+    """config.yaml's header says how to re-run it: as written, not "already holds a run"."""
+    import shlex
+
+    header = (six_steps / "config.yaml").read_text().splitlines()[:3]
+    command = next(line.split(": ", 1)[1] for line in header if line.startswith("# Re-run it with: "))
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "recipes/run.py"] and "--output_dir" in argv
+    rerun = Path(argv[argv.index("--output_dir") + 1])
+    try:
+        assert train(argv[2:]) == 0
+        results = json.loads((rerun / "final_results.json").read_text())
+        assert results["status"] == "finished" and results["steps"] == 6
+    finally:
+        shutil.rmtree(rerun, ignore_errors=True)  # beside the module's shared run
 
 
 def test_resume_refuses_a_changed_setting_and_records_an_allowed_one(six_steps, tmp_path, capsys):

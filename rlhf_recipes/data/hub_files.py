@@ -36,7 +36,7 @@ def _download(hub_id: str, name: str, offline: bool) -> str | None:
         why = ("the hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)" if offline
                else "the Hugging Face hub cannot be reached")
         raise DataError(f"dataset `{hub_id}`: file {name} is not in the local hub cache and {why}; download it where "
-                        f"the hub is reachable (huggingface-cli download {hub_id} {name} --repo-type dataset) and "
+                        f"the hub is reachable (hf download --repo-type dataset {hub_id} {name}) and "
                         "copy the cache, or give a local file with --data_files") from None
     except EntryNotFoundError:
         return None
@@ -47,7 +47,7 @@ def jsonl_rows(hub_id: str, filenames: tuple[str, ...]) -> Iterator[tuple[str, d
     folder laid out as the repo. A file the repo does not have is skipped (a split may exist in one phase only);
     none of them, or one not cached while offline, is a DataError naming the files."""
     offline, found = _offline(), False
-    local = Path(hub_id)  # a copy of the repo on disk (huggingface-cli download ... --local-dir), as datasets takes
+    local = Path(hub_id)  # a copy of the repo on disk (hf download ... --local-dir), as datasets takes
     for name in filenames:
         if local.is_dir():
             path = local / name
