@@ -319,12 +319,35 @@ def test_validation_problems_are_apart_from_the_test_problems_and_from_every_dem
      "--split validation: a `dpo` run's evaluation"),
     (["tiny", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny", "--split", "all", "--output", "x.json"],
      "has the split(s) heldout, validation"),
+    # a misspelt flag of evaluate's own reaches the recipe as an override: the flag meant is named
+    (["tiny", "--recipe", RECIPES / "dpo.yaml", "--profile", "tiny", "--baselin", "--output", "x.json"],
+     "unknown option `--baselin` for rlhf-recipes evaluate. Did you mean `--baseline`?"),
 ])
 def test_bad_input_is_one_line(argv, expected, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert evaluate(*argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1 and expected in err, err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["nobody/not-a-model", "--recipe", RECIPES / "grpo.yaml"],
+     "MODEL: `nobody/not-a-model` is not in the local model cache and HF_HUB_OFFLINE is set"),
+    # --baseline loads the recipe's starting model too
+    (["tiny", "--recipe", RECIPES / "dpo.yaml", "--profile", "tiny", "--model_name_or_path", "nobody/not-a-model",
+      "--baseline"], "command line: `model_name_or_path`: `nobody/not-a-model` is not in the local model cache"),
+])
+def test_a_hub_model_not_cached_offline_is_one_line_before_loading(argv, expected, capsys, tmp_path, monkeypatch):
+    """Offline, a hub id that is not cached was a minute of retries and two tracebacks: the runner's line instead."""
+    import huggingface_hub.constants
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    assert evaluate(*argv, "--output", "x.json") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and expected in err, err
+    assert "hf download nobody/not-a-model" in err and not (tmp_path / "x.json").exists()
 
 
 def test_eval_every_is_range_checked(tmp_path, capsys):

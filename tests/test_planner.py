@@ -310,6 +310,18 @@ def test_cli_prints_a_verdict_and_writes_json(tmp_path, capsys, monkeypatch):
     assert "Did you mean `learning_rate`" in capsys.readouterr().err
 
 
+def test_plan_takes_the_accelerate_config_as_config_file_too(tmp_path, capsys):
+    """preflight and `accelerate launch` name it --config_file: the same flag plans the same launch."""
+    config = str(ROOT / "accelerate_configs" / "4gpu.yaml")
+    plans = []
+    for flag in (["--config", config], ["--config_file", config], [f"--config_file={config}"]):
+        out = tmp_path / "plan.json"
+        assert _plan_cli()([str(RECIPES / "grpo.yaml"), *flag, "--json", str(out), "--no-suggestions"]) == 0, flag
+        plans.append(json.loads(out.read_text()))
+    capsys.readouterr()
+    assert plans[0]["launch"].startswith("data parallel (DDP) over 4 GPUs") and plans[0] == plans[1] == plans[2]
+
+
 # ---------------------------------------------------------------------------------------
 # Against measurements on CPU (exact tensor bytes; see the module docstring for what this covers).
 

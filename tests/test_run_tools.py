@@ -162,6 +162,21 @@ def test_runs_bad_inputs_are_one_line_errors(tmp_path, capsys):
         assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_runs_into_a_reader_that_stops_early_exits_quietly(tmp_path):
+    """`rlhf-recipes runs --json | head -1`: the reader closes the pipe; no BrokenPipeError traceback."""
+    for i in range(300):  # more than a pipe holds (64 KiB), so the write meets the closed pipe whatever the timing
+        (tmp_path / f"run-{i}").mkdir()
+        (tmp_path / f"run-{i}" / "config.yaml").write_text("algorithm: dpo\nmodel_name_or_path: tiny\n")
+    for extra in (["--json"], []):
+        reader = subprocess.Popen([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(tmp_path), *extra],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                                  env={**os.environ, "COLUMNS": "200"})
+        assert reader.stdout.read(1)  # what `head` reads before it exits
+        reader.stdout.close()
+        err = reader.stderr.read().decode()
+        assert reader.wait(timeout=120) == 0 and "Traceback" not in err and "Broken" not in err, (extra, err)
+
+
 def test_a_start_that_fails_leaves_the_run_finished(runs, tmp_path, capsys):
     """A --resume whose start is refused restores config.yaml with its time: the run does not look live."""
     from rlhf_recipes.train import main

@@ -128,6 +128,8 @@ def test_bad_sweep_files_are_named(tmp_path, text, message):
     (["--first_seed", "4294967295", "--seeds", "2"], "must lie in 0..4294967295"),
     (["--workers", "0"], "--workers: expected"),
     (["--max_stepz", "3"], "Did you mean `max_steps`?"),
+    # a misspelt flag of the sweep's own: the sweep's flag, said once where it was (not "command line: command line:")
+    (["--seedz", "2"], "error: command line: unknown option `--seedz` for rlhf-recipes sweep. Did you mean `--seeds`?"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, argv, message):
     from rlhf_recipes.tools.sweep.cli import main
@@ -149,6 +151,16 @@ def test_unreadable_targets_are_named(tmp_path, capsys):
         assert main([str(target)]) == 2
         err = capsys.readouterr().err
         assert message in err and str(target) in err
+
+
+def test_report_of_a_missing_sweep_folder_says_sweep_folder(tmp_path, capsys):
+    from rlhf_recipes.tools.sweep.cli import main
+
+    (tmp_path / "dpo-tiny").mkdir()
+    assert main([str(tmp_path / "dpo-tin"), "--report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {tmp_path / 'dpo-tin'}: no such sweep folder. Did you mean `dpo-tiny`?"), err
+    assert "recipe" not in err.split("--report")[0] and "\n" not in err
 
 
 # --- the executor's bookkeeping -------------------------------------------------------------------------------

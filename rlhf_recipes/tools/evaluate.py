@@ -59,15 +59,23 @@ def default_output(model: Path, name: str) -> Path:
 
 def check_model(model: Path) -> None:
     from rlhf_recipes.models import EMBEDDED
-    from rlhf_recipes.validation import check_model_folder, looks_local
+    from rlhf_recipes.validation import check_hub_model, check_model_folder, looks_local
 
     text = str(model)
-    if text in EMBEDDED or (not looks_local(text) and not model.exists()):
-        return  # an embedded model (tiny, nano) or a hub id: transformers says if it cannot be found
+    if text in EMBEDDED:
+        return  # an embedded model (tiny, nano): built locally on first use
+    if not looks_local(text) and not model.exists():
+        # A hub id: offline or unreachable and not cached is the runner's one line, not a minute of retries.
+        check_hub_model(text, "MODEL")
+        return
     check_model_folder(text, "MODEL", tokenizer=False)
 
 
 def parse(argv: list[str]):
+    return make_parser().parse_known_args(argv)
+
+
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-recipes evaluate", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, help="run output dir, checkpoint, or saved model (with --recipe)")
@@ -89,7 +97,7 @@ def parse(argv: list[str]):
                         "setting) without touching what is reported")
     parser.add_argument("--name", help="the result's name: RUN_DIR/eval/<name>.json (default: the split)")
     parser.add_argument("--output", type=Path, help="where to write the JSON instead")
-    return parser.parse_known_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +117,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.model.is_dir():  # a folder without a saved model is named before the recipe is built (seconds)
             check_model(args.model)
         # TRL's config classes are not built (~3 s of imports): evaluation reads its settings with recipe.value()
-        recipe = load_recipe([find_recipe(args.model, args.recipe), *overrides], construct=False)
+        recipe_file = find_recipe(args.model, args.recipe)
+        try:
+            recipe = load_recipe([recipe_file, *overrides], construct=False)
+        except RecipeError:
+            from rlhf_recipes.tools.sweep.spec import refuse_misspelt_tool_flags
+
+            refuse_misspelt_tool_flags(make_parser(), overrides, [recipe_file])
+            raise
         from rlhf_recipes.cpu_launch import set_torch_threads
 
         set_torch_threads(recipe)  # the run's threads, before its held-out data (sampled rollouts, pairs) is built
         check_model(args.model)
+        if args.baseline:  # the recipe's starting model is loaded too: the same check, naming where it is set
+            from rlhf_recipes.validation import check_model as check_recipe_model
+
+            check_recipe_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"))
         name = args.name or split
         output = args.output or default_output(args.model, name)
         options = EvalOptions(name=name, split=split, num_problems=args.num_problems, k=args.k, seed=args.seed,

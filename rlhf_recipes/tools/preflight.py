@@ -234,8 +234,9 @@ def _output_dir(recipe) -> Finding:
         raise RecipeError(f"{recipe.where('output_dir')} {folder} cannot be written: {problem}. Pick another "
                           "--output_dir")
     if has_config(Path(folder)) and not recipe.args.resume and not recipe.args.overwrite:
-        raise RecipeError(f"{folder} already holds a run. Continue it with --resume, start over with --overwrite, "
-                          "or pick another --output_dir")
+        from rlhf_recipes.run_setup import holds_a_run
+
+        raise RecipeError(holds_a_run(Path(folder)))
     return Finding(OK, "output", f"{folder} can be written")
 
 

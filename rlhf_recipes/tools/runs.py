@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -166,12 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.prune is not None:
         prune(runs, args.prune, args.dry_run)
         runs = find_runs(root)
-    if args.json:
-        print(json.dumps([r.summary() for r in runs], indent=2, default=str))
-    elif runs:
-        print_table(runs, root)
-    else:
-        print(f"no runs under {root} (a run folder holds the config.yaml that recipes/run.py writes)")
+    try:
+        if args.json:
+            print(json.dumps([r.summary() for r in runs], indent=2, default=str))
+        elif runs:
+            print_table(runs, root)
+        else:
+            print(f"no runs under {root} (a run folder holds the config.yaml that recipes/run.py writes)")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`| head -1`): it has what it asked for. stdout goes to devnull so that Python's
+        # own flush at exit does not hit the closed pipe again (and print a traceback after all).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -27,7 +27,9 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe")
-    parser.add_argument("--config", help="accelerate config (accelerate_configs/*.yaml); default: one GPU")
+    # --config_file as well: the flag's name in preflight and in `accelerate launch`, so one command line serves all
+    parser.add_argument("--config", "--config_file", dest="config",
+                        help="accelerate config (accelerate_configs/*.yaml); default: one GPU")
     parser.add_argument("--gpu-memory", type=float, default=48.0, help="GiB per GPU (default 48, an RTX A6000)")
     parser.add_argument("--prompt-length", type=int, help="policy gradients: prompt tokens (default 256)")
     parser.add_argument("--json", help="also write the plan to this file")

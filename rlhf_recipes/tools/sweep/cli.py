@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlhf_recipes.config import RecipeError, read_yaml
+from rlhf_recipes.config import RecipeError, _suggest, read_yaml
 from rlhf_recipes.tools.sweep import spec as sweep_spec
 from rlhf_recipes.tools.sweep import state
 from rlhf_recipes.tools.sweep.spec import SweepSpec
@@ -31,6 +31,10 @@ DEFAULT_ROOT = Path("outputs/sweeps")
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    return make_parser().parse_known_args(argv)
+
+
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-recipes sweep", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", help="a recipe, a sweep file (wandb's grid format), or a sweep folder")
@@ -52,12 +56,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--slurm", action="store_true", help="write DIR/sweep.sbatch (one job array) and sbatch it")
     parser.add_argument("--slurm_option", action="append", default=[], metavar="OPTION",
                         help="an #SBATCH line for the array, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
-    return parser.parse_known_args(argv)
+    return parser
 
 
 def read_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[SweepSpec, Path]:
     """The sweep this command asks for, and its folder."""
     target = Path(args.target)
+    if args.report and not target.exists():  # --report reads a sweep's folder: not "no such recipe file"
+        siblings = [p.name for p in target.parent.iterdir() if p.is_dir()] if target.parent.is_dir() else []
+        raise RecipeError(f"{target}: no such sweep folder.{_suggest(target.name, siblings)} --report redraws the "
+                          f"report of a sweep's folder (default {DEFAULT_ROOT}/<recipe>[-<profile>])")
     if target.is_dir():
         spec = state.load(target)
         if spec is None:
@@ -115,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
             return print_report(report.write(recorded, sweep_dir))
-        sweep_spec.check(spec)
+        try:
+            sweep_spec.check(spec)
+        except RecipeError:
+            recipe_argv = [spec.recipe, *(["--profile", spec.profile] if spec.profile else [])]
+            sweep_spec.refuse_misspelt_tool_flags(make_parser(), overrides, recipe_argv)
+            raise
         if args.workers is not None and args.workers < 1:
             raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")
         jobs = jobs_of(spec, sweep_dir, wants_evaluation(spec, args.evaluate))
