@@ -174,6 +174,15 @@ def test_direct_alignment_implicit_reward_and_judged_win_rate(runs):
     assert result["baseline"]["win_rate"] == 0.5  # the reference's greedy completions against themselves
     assert 0 <= result["metrics"]["win_rate"] <= 1
     assert result["settings"]["decoding"]["judge"]["reward_model"] == f"rm:{rm}"
+    assert result["evaluation"].endswith("judged win rate")
+
+
+def test_an_evaluation_without_a_judge_does_not_announce_a_win_rate(runs):
+    """The title and the result's `evaluation` name the win rate only when a judge measured one."""
+    dpo = runs("dpo")
+    assert evaluate(dpo, "--num_problems", "4", "--name", "nojudge") == 0
+    result = saved(dpo, "nojudge")
+    assert "win rate" not in result["evaluation"] and "win_rate" not in result["metrics"]
 
 
 def test_sft_heldout_loss_and_perplexity(runs):

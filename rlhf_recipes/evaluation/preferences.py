@@ -20,8 +20,13 @@ from rlhf_recipes.evaluation.base import EvalError, EvalOptions, Evaluator, Scor
 
 
 class PreferenceEvaluator(Evaluator):
-    kind = "held-out preference pairs: implicit-reward accuracy and margins, judged win rate"
     default_problems = 500
+
+    @property
+    def kind(self) -> str:
+        """What is reported: the win rate only with a judge (--judge rm:PATH)."""
+        judged = ", judged win rate" if self.options.judge else ""
+        return f"held-out preference pairs: implicit-reward accuracy and margins{judged}"
 
     def check(self) -> None:
         judge = self.options.judge
