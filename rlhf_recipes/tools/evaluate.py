@@ -185,7 +185,9 @@ def print_report(result: dict) -> None:
     print_table(*report_rows(result), title=title)
     rate = speed.get("problems_per_s")
     tokens = speed.get("generated_tokens_per_s")
-    print(f"held-out data: {data.get('construction')}; overlaps with training dropped: {data.get('overlaps_dropped')}")
+    dropped = data.get("overlaps_dropped")  # None where the held-out rows cannot overlap (a split of their own)
+    print(f"held-out data: {data.get('construction')}"
+          + (f"; overlaps with training dropped: {dropped}" if dropped is not None else ""))
     print(f"throughput: {number(rate)} problems/s" + (f", {number(tokens)} generated tokens/s" if tokens else ""))
     details = result.get("details")
     if details and "demo" in details:
