@@ -620,7 +620,21 @@ def test_reference_nano_lays_a_nano_run_over_the_recorded_one(tmp_path, capsys):
     assert paths == [run.resolve(), *[(recorded / f"seed-{s}").resolve() for s in range(3)]]  # every recorded seed
     means = summary["final_means"]["reward"]
     assert means["grpo-nano"] == pytest.approx(means["project nano run: grpo/seed-0"] + 0.25)
-    assert "nano_book" in summary["heldout"]["project nano run: grpo/seed-2"]  # the recorded held-out results ride along
+    assert "heldout" in summary["heldout"]["project nano run: grpo/seed-2"]  # the recorded held-out results ride along
+
+
+def test_reference_nano_puts_a_users_evaluation_on_the_recorded_runs_rows(tmp_path, capsys):
+    """`evaluate RUN --baseline` writes eval/heldout.json, nano-book wrote the recorded runs' to eval/nano_book.json:
+    the same evaluation (both name themselves `heldout`) shares one row per metric, not two disjoint sets."""
+    from rlhf_recipes.tools.compare.cli import main
+
+    run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.0)
+    (run / "eval" / "nano_book.json").rename(run / "eval" / "heldout.json")
+    assert main([str(run), "--reference", "nano", "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "exact_match" in line and line.lstrip("│ ").startswith("heldout:")]
+    assert rows and not any("nano_book:" in line for line in out.splitlines())
+    assert "-" not in rows[0].split("│")[2]  # the user's column has a value on the recorded runs' row
 
 
 def test_reference_nano_names_what_is_missing_and_flags_non_nano_runs(tmp_path):

@@ -129,16 +129,20 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
 
 
 def read_heldout(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The run's held-out evaluations (RUN_DIR/eval/<name>.json), by name; unreadable files skipped."""
-    out = {}
+    """The run's held-out evaluations (RUN_DIR/eval/<file>.json) by the name each result gives itself (`evaluate`'s
+    --name, else its split), so that one evaluation lines up across runs whatever its file is called (nano-book
+    writes its `heldout` evaluation to nano_book.json); by file name where two results of one run share a name.
+    Unreadable files skipped."""
+    results = {}
     for path in sorted((run_dir / "eval").glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
-            out[path.stem] = data
-    return out
+            results[path.stem] = data
+    names = [str(data.get("name") or stem) for stem, data in results.items()]
+    return {(name if names.count(name) == 1 else stem): data for (stem, data), name in zip(results.items(), names)}
 
 
 def load_runs(run_dirs: list[Path], labels: list[str | None] | None = None) -> list[LocalRun]:

@@ -263,8 +263,8 @@ def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metric
     report = CompareReport(
         title, headers, rows, out / FIGURE_NAME, out / TABLE_NAME, out / SUMMARY_NAME,
         notes=[*(notes or []), f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
-        + (["rows `<name>: <metric>`: the run's held-out evaluation (RUN_DIR/eval/<name>.json) with its 95% "
-            "interval"] if any(r.heldout for r in runs) else []),
+        + (["rows `<name>: <metric>`: the run's held-out evaluation named <name> (rlhf-recipes evaluate's --name, "
+            "else its split; in RUN_DIR/eval/) with its 95% interval"] if any(r.heldout for r in runs) else []),
         local_means=means,
     )
     summary = {"mode": "local", "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected},
