@@ -48,8 +48,6 @@ def settings(recipe) -> tuple[list[Setting], str | None]:
             value = getattr(obj, key) if obj is not None else values[key]
             if key in values:
                 source = recipe.origin.get(key, "derived")
-                if key == "gradient_accumulation_steps" and key not in recipe.origin:
-                    source = f"derived: effective_batch_size / (per-device batch x {recipe.world_size} processes)"
                 if obj is not None and _differs(value, values[key]):
                     source += f"; the config class made it {value!r} from {values[key]!r}"
                 out.append(Setting(group, key, value, source, False))

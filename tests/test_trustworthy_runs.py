@@ -420,6 +420,8 @@ def test_help_shows_the_recipes_values_grouped_and_all_lists_every_key(capsys):
     assert "5e-06" in lines["learning_rate"] and "recipes/dpo.yaml)" in lines["learning_rate"]
     assert "0.2" in lines["beta"] and "(command line)" in lines["beta"]
     assert "allenai/OLMo-2-0425-1B-SFT" in lines["model_name_or_path"] and "--help --all" in out
+    # as `rlhf-recipes show` says it (it said "(default)": the accumulation is the effective batch's, not a default)
+    assert "(derived: effective_batch_size / (per-device batch x 1 processes))" in lines["gradient_accumulation_steps"]
     assert len(out.splitlines()) < 60
     assert train([str(RECIPES / "dpo.yaml"), "--help", "--all"]) == 0
     out = capsys.readouterr().out

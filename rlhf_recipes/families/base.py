@@ -178,3 +178,5 @@ def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[
             "Set only effective_batch_size; accumulation is derived from it."
         )
     typed["training"]["gradient_accumulation_steps"] = accumulation
+    origin.setdefault("gradient_accumulation_steps",
+                      f"derived: effective_batch_size / (per-device batch x {world_size} processes)")
