@@ -240,6 +240,34 @@ def _logps(model, ids, attention, length):
     return torch.log_softmax(logits, -1).gather(-1, ids[:, -length:].unsqueeze(-1)).squeeze(-1)
 
 
+def test_the_trainers_gae_bootstraps_through_a_masked_token_with_its_unmasked_value(ppo_trainer, monkeypatch):
+    """A token the loss leaves out inside a completion (a tool's output, under a tool mask) is no episode end: the
+    book's compute_gae reads its value and carries through it. The trainer handed GAE values already masked to 0."""
+    trainer, rows = ppo_trainer
+    monkeypatch.setattr(trainer.args, "kl_in_reward", False)  # the scalar reward alone on the last token
+
+    def holed(output):
+        mask = output["completion_mask"].clone()
+        mask[mask.sum(1) >= 3, 1] = 0  # the second token of every completion of 3 or more
+        return mask
+
+    monkeypatch.setattr(trainer, "_loss_mask", holed)
+    batch = trainer._generate_and_score_completions(rows)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    mask, length = holed(batch).float(), batch["completion_ids"].size(1)
+    assert (mask != batch["completion_mask"]).any()
+    with torch.no_grad():
+        values = trainer.value_model(input_ids=ids, attention_mask=attention).logits[:, -length - 1:-1, 0]
+    rewards = token_rewards((trainer._last_rewards_per_func * trainer.reward_weights).nansum(1), mask, None, 0.0,
+                            "sequence_mean")
+    book, _ = gae(rewards, values, mask, 1.0, 0.98)  # gae is the book's compute_gae (tests above)
+    masked_first, _ = gae(rewards, values * mask, mask, 1.0, 0.98)
+    assert not torch.allclose(book, masked_first, atol=1e-4)
+    assert torch.allclose(batch["advantages"], book, atol=1e-5)
+    assert torch.allclose(batch["old_values"], values * mask, atol=1e-5)  # the value loss reads the loss's tokens
+
+
 @pytest.mark.parametrize("kl_mode", ["sequence_mean", "per_token", "loss"])
 def test_trainer_rollouts_and_loss_follow_the_formulas(ppo_trainer, kl_mode):
     trainer, rows = ppo_trainer

@@ -238,8 +238,10 @@ class PPOTrainer(BookGRPOTrainer):
                                 self.args.kl_reward_shape)
         with torch.no_grad():
             values = self._values(ids, attention, length, batch_size=self.args.per_device_train_batch_size)
-        values = values * mask
+        # GAE reads the values unmasked, as the book's compute_gae does (a masked-out token inside a completion
+        # still bootstraps); old_values and the metrics keep only the loss's tokens
         advantages, returns = gae(rewards, values, mask, self.args.gamma, self.args.lam)
+        values = values * mask
         if self.args.whiten_advantages:
             mean, var = self._global_stats(advantages, mask)
             advantages = masked_whiten(advantages, mask, mean, var)
