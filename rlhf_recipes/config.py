@@ -380,9 +380,13 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
             ) from None
 
     check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
-    for key, (accepted, why) in algorithm.fixed.items():
-        value = next((g[key] for g in typed.values() if key in g), accepted)
-        if value != accepted:
+    def resolved_value(key: str, default: Any = None) -> Any:
+        return next((g[key] for g in typed.values() if key in g), default)
+
+    for key, (accepted, why, *condition) in algorithm.fixed.items():
+        value = resolved_value(key, accepted)
+        holds = all(resolved_value(k) == v for k, v in (condition[0] if condition else {}).items())
+        if holds and value != accepted:
             raise RecipeError(f"{origin[key]}: `{key}` {value!r}: {why}; remove it (the book's {name} runs with "
                               f"{accepted!r})")
     dataset = typed["recipe"].get("dataset")

@@ -40,8 +40,9 @@ class Algorithm:
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
-    # keys the book's algorithm does not read: key -> (the one value accepted, why); another value is refused
-    fixed: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    # keys the algorithm's loss does not read: key -> (the one value accepted, why[, {key: value} while which the
+    # rule holds]); another value is refused
+    fixed: dict[str, tuple] = field(default_factory=dict)
 
 
 # The families, in the order tools list them: name -> the family object (families/base.py), imported here by name
@@ -137,7 +138,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
             fixed={"label_smoothing": (0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
-                                            "label smoothing is cDPO: recipes/cdpo.yaml)")},
+                                            "label smoothing is cDPO: recipes/cdpo.yaml)", {"loss_type": ["sigmoid"]})},
         ),
         Algorithm(
             "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
@@ -147,7 +148,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
-            fixed={"label_smoothing": (0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it")},
+            fixed={"label_smoothing": (0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it",
+                                       {"loss_type": ["sigmoid_norm"]})},
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),

@@ -125,6 +125,10 @@ def test_label_smoothing_that_trls_loss_would_ignore_is_refused(recipe):
     with pytest.raises(RecipeError, match=r"^command line: `label_smoothing` 0.1: TRL's sigmoid"):
         load_recipe([f"recipes/{recipe}.yaml", "--label_smoothing", "0.1"], construct=False)
     assert load_recipe(["recipes/cdpo.yaml"], construct=False).value("label_smoothing") == 0.1
+    # another TRL loss that reads it (robust DPO) takes it
+    robust = load_recipe([f"recipes/{recipe}.yaml", "--loss_type", "[robust]", "--label_smoothing", "0.1"],
+                         construct=False)
+    assert robust.value("label_smoothing") == 0.1
 
 
 def test_wrong_type_names_key_and_expected_type():

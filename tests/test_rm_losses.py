@@ -80,10 +80,11 @@ def test_token_bce_is_the_mean_over_completion_tokens_against_the_rollout_label(
 
 
 def test_orm_accuracy_and_ranking_read_a_partial_reward_as_the_books_label():
-    """last_token_hits and rollout_metrics call a rollout correct when int(reward) != 0, as the book's outcome."""
-    logits = torch.tensor([[0.0, 2.0], [0.0, 2.0], [0.0, -2.0]])
-    mask = torch.tensor([[0, 1], [0, 1], [0, 1]])
-    assert last_token_hits(logits, torch.tensor([1.0, 0.7, 0.7]), mask).tolist() == [True, False, True]
+    """last_token_hits counts a rollout right when its prediction (logit > 0) equals its label int(reward), the book's
+    `preds == sequence_labels` (a label of 2 is never matched); rollout_metrics' outcome is bool(int(reward))."""
+    logits = torch.tensor([[0.0, 2.0], [0.0, 2.0], [0.0, -2.0], [0.0, 2.0]])
+    mask = torch.tensor([[0, 1], [0, 1], [0, 1], [0, 1]])
+    assert last_token_hits(logits, torch.tensor([1.0, 0.7, 0.7, 2.0]), mask).tolist() == [True, False, True, False]
     m = rollout_metrics([0.9, 0.2], [0.7, 1.0], [0, 0])  # the 0.7 rollout is the wrong one: scoring it higher loses
     assert m["top1_accuracy"] == 0.0 and m["pairwise_accuracy"] == 0.0
 

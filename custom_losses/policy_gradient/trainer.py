@@ -199,8 +199,10 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
         if self.args.advantage_reward is not None:
             signal = rewards_per_func[:, self._reward_index[self.args.advantage_reward]].clone()
         else:
-            # summed in float64, then float32: the book adds its rewards as Python floats before making a tensor
-            weighted = rewards_per_func.double() * self.reward_weights.to(device, torch.float64).unsqueeze(0)
+            # summed in float64, then float32, nearer the book's sum of Python floats (TRL has already rounded each
+            # reward to float32, so ~1 in 10 of spell_backward's reward combinations still ends an ulp away)
+            wide = torch.float64 if device.type != "mps" else torch.float32  # MPS has no float64
+            weighted = rewards_per_func.to(wide) * self.reward_weights.to(device, wide).unsqueeze(0)
             signal = weighted.nansum(dim=1).to(rewards_per_func.dtype)
             signal[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         if self.args.kl_in_reward and self.beta != 0.0:

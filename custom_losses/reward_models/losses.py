@@ -97,13 +97,14 @@ def last_token_hits(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     """ORM training accuracy per SEQUENCE, as the book logs `train/accuracy` (since its PR #517).
 
     logits (B, T) token logits, targets (B,) correctness, mask (B, T) completion tokens. A rollout
-    is right when sigmoid(z) > 0.5 (z > 0) at its LAST completion token agrees with its label int(reward) != 0.
+    is right when its prediction, sigmoid(z) > 0.5 (z > 0) at its LAST completion token, equals its label
+    int(reward) (the book's `preds == sequence_labels`: a label outside {0, 1} is never matched).
     Returns a (B,) bool tensor; rows with no completion token are False (the caller counts them out).
     """
     positions = torch.arange(mask.size(-1), device=mask.device)
     last = (positions * mask.long()).argmax(-1)
     last_logits = logits.gather(-1, last[:, None]).squeeze(-1)
-    return ((last_logits > 0) == (outcome_label(targets) != 0)) & mask.bool().any(-1)
+    return ((last_logits > 0).long() == outcome_label(targets).long()) & mask.bool().any(-1)
 
 
 def rollout_metrics(scores, rewards, groups) -> dict[str, float]:

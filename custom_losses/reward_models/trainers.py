@@ -98,7 +98,7 @@ class OutcomeRMTrainer(_TokenRewardTrainer):
             has_tokens = mask.bool().any(-1)
             self._record(mode, "accuracy", last_token_hits(logits, targets, mask).sum(), has_tokens.sum())
             keep = mask.bool()
-            right = ((logits > 0) == (outcome_label(targets)[:, None] != 0).expand_as(logits)) & keep
+            right = ((logits > 0).long() == outcome_label(targets).long()[:, None].expand_as(logits)) & keep
             self._record(mode, "token_accuracy", right.sum(), keep.sum())
             scores = rollout_scores(logits, mask, self.args.score_reduction)
         return (loss, {"scores": scores}) if return_outputs else loss
