@@ -198,10 +198,13 @@ def test_sft_heldout_loss_and_perplexity(runs):
     assert result["samples"] and "completion" in result["samples"][0]
 
 
-def test_reward_model_baseline_and_int8(runs):
+def test_reward_model_baseline_and_int8(runs, capsys):
     run = runs("preference_rm")
     final = json.loads((run / "final_results.json").read_text())
+    capsys.readouterr()
     assert evaluate(run, "--baseline") == 0
+    printed = capsys.readouterr().out
+    assert sum(line.lstrip("│ ").startswith("margin ") for line in printed.splitlines()) == 1  # once, in the table
     result = saved(run)
     _check_contract(result, baseline=True)
     assert result["metrics"]["accuracy"] == pytest.approx(final["evaluation"]["accuracy"], abs=1e-6)

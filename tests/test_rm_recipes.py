@@ -120,6 +120,9 @@ def test_prm_end_to_end(runs):
     assert ev["majority_baseline"] == pytest.approx(evals[-1]["eval_majority_baseline"], abs=1e-6)
     demo = results["demo"]
     assert len(demo) == 4 and all(len(d["p_good"]) == len(d["steps"]) for d in demo)
+    # the perturbation is named on the perturbed trace, not on the correct one ("correct (final answer 18 -> 21)")
+    assert [d["example"] == "GSM8K test, correct" for d in demo] == [True, False, True, False]
+    assert all(d["example"].startswith("GSM8K test, perturbed (final answer ") for d in demo[1::2])
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "bad", "1": "neutral", "2": "good"}
 
 

@@ -121,10 +121,11 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
     template, sep = info["prompt_template"], info["step_separator"]
     traces = []
     for question, good, bad, what in questions:
-        for label, solution in (("correct", good), ("perturbed", bad)):
+        # the perturbation describes the perturbed trace only ("final answer 18 -> 21")
+        for label, solution in (("correct", good), (f"perturbed ({what})", bad)):
             lines = [line for line in solution.split("\n") if line.strip()]
             steps = lines[:-1] + ["# Answer\n\n" + lines[-1].replace("####", "").strip()]
-            traces.append((f"GSM8K test, {label} ({what})", question, steps))
+            traces.append((f"GSM8K test, {label}", question, steps))
     encoded = [encode_steps(tokenizer, q, s, template, sep) for _, q, s in traces]
     probs = step_probabilities(model, [e[0] for e in encoded], [e[1] for e in encoded], pad_id)
     for (what, question, steps), p in zip(traces, probs):

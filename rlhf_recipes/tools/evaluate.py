@@ -193,7 +193,7 @@ def print_report(result: dict) -> None:
     if details and "demo" in details:
         from rlhf_recipes.evaluation.reward_model_book import format_report
 
-        print(format_report(details))
+        print(format_report({k: v for k, v in details.items() if k != "evaluation"}))  # the table has them
     for sample in result.get("samples", [])[:2]:
         print("sample:", json.dumps(sample)[:400])
 
