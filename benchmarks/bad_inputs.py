@@ -130,6 +130,11 @@ CASES: tuple[Case, ...] = (
     Case("recipe", "stray positional argument", _tiny("dpo.yaml", "extra")),
     Case("recipe", "effective batch not divisible", _tiny("dpo.yaml", "--effective_batch_size", "5")),
     Case("recipe", "accumulation contradicts the effective batch", _tiny("dpo.yaml", "--gradient_accumulation_steps", "7")),
+    Case("recipe", "a flag without its value", _tiny("dpo.yaml", "--learning_rate"), says="needs a value"),
+    Case("recipe", "a KL coefficient DAPO's loss does not read", _tiny("dapo.yaml", "--beta", "0.04"),
+         says="no KL term"),
+    Case("recipe", "label smoothing TRL's DPO loss ignores", _tiny("dpo.yaml", "--label_smoothing", "0.1"),
+         says="cdpo.yaml"),
     # Numbers out of range
     Case("numbers", "learning rate 0", _tiny("dpo.yaml", "--learning_rate", "0")),
     Case("numbers", "negative learning rate", _tiny("dpo.yaml", "--learning_rate", "-1e-5")),
