@@ -379,16 +379,13 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
                 f"{origin[key]}: `{key}` must be {text(desc)}, got {value!r} ({type(value).__name__})"
             ) from None
 
-    check_ranges({k: v for g in typed.values() for k, v in g.items()}, origin)
-    def resolved_value(key: str, default: Any = None) -> Any:
-        return next((g[key] for g in typed.values() if key in g), default)
-
-    for key, (accepted, why, *condition) in algorithm.fixed.items():
-        value = resolved_value(key, accepted)
-        holds = all(resolved_value(k) == v for k, v in (condition[0] if condition else {}).items())
-        if holds and value != accepted:
-            raise RecipeError(f"{origin[key]}: `{key}` {value!r}: {why}; remove it (the book's {name} runs with "
-                              f"{accepted!r})")
+    resolved_values = {k: v for g in typed.values() for k, v in g.items()}
+    check_ranges(resolved_values, origin)
+    for key, rule in algorithm.fixed.items():  # a value the algorithm's loss would not read
+        value = resolved_values.get(key, rule.accepted)
+        if value != rule.accepted and all(resolved_values.get(k) == v for k, v in rule.when.items()):
+            raise RecipeError(f"{origin[key]}: `{key}` {value!r}: {rule.why}; remove it (the book's {name} runs with "
+                              f"{rule.accepted!r})")
     dataset = typed["recipe"].get("dataset")
     if dataset is not None and dataset not in SOURCES:
         raise RecipeError(f"{origin['dataset']}: unknown dataset `{dataset}`.{_suggest(str(dataset), SOURCES)} "

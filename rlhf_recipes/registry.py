@@ -18,13 +18,22 @@ trainer subclass in custom_losses/ when TRL lacks it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlhf_recipes.config_schema import import_object  # noqa: F401  (tools name classes through the registry)
 from rlhf_recipes.families import (direct_alignment, policy_gradient, rejection_sampling, reward_model,
                                    self_distillation, sft)
 from rlhf_recipes.families.base import Family
 
+
+
+class Fixed(NamedTuple):
+    """A key the algorithm's loss does not read: only `accepted` is taken (another value is refused, saying `why`),
+    while every key of `when` has that value (an empty `when`: always)."""
+
+    accepted: Any
+    why: str
+    when: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,7 @@ class Algorithm:
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
-    # keys the algorithm's loss does not read: key -> (the one value accepted, why[, {key: value} while which the
-    # rule holds]); another value is refused
-    fixed: dict[str, tuple] = field(default_factory=dict)
+    fixed: dict[str, Fixed] = field(default_factory=dict)  # keys its loss does not read (config.load_recipe refuses)
 
 
 # The families, in the order tools list them: name -> the family object (families/base.py), imported here by name
@@ -137,8 +144,9 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
-            fixed={"label_smoothing": (0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
-                                            "label smoothing is cDPO: recipes/cdpo.yaml)", {"loss_type": ["sigmoid"]})},
+            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
+                                                 "label smoothing is cDPO: recipes/cdpo.yaml)",
+                                            {"loss_type": ["sigmoid"]})},
         ),
         Algorithm(
             "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
@@ -148,8 +156,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"),
-            fixed={"label_smoothing": (0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it",
-                                       {"loss_type": ["sigmoid_norm"]})},
+            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it",
+                                            {"loss_type": ["sigmoid_norm"]})},
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),
@@ -238,14 +246,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             # over the whole accumulated batch instead).
             defaults={"advantage_estimator": "zscore", "loss_type": "bnpo", "epsilon": 0.2, "epsilon_high": 0.28,
                       "dynamic_sampling": True},
-            fixed={"beta": (0.0, "the book's DAPO loss has no KL term (its DAPOLoss reads no beta)")},
+            fixed={"beta": Fixed(0.0, "the book's DAPO loss has no KL term (its DAPOLoss reads no beta)")},
         ),
         Algorithm(
             "maxrl", **_policy_gradient(middle=("rewards/binary_reward/mean", _CONTRAST)),
             paper="Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (MaxRL)",
             defaults={"advantage_estimator": "maxrl", "advantage_reward": "binary_reward",
                       "book_objective": "policy_gradient", "loss_type": "grpo"},
-            fixed={"beta": (0.0, "the book's MaxRL loss has no KL term (its MaxRLLoss reads no beta)")},
+            fixed={"beta": Fixed(0.0, "the book's MaxRL loss has no KL term (its MaxRLLoss reads no beta)")},
         ),
         Algorithm(
             "ppo", **_policy_gradient(classes=_PPO,

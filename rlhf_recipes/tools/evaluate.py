@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             recipe = load_recipe([recipe_file, *overrides], construct=False)
         except RecipeError:
-            from rlhf_recipes.tools.sweep.spec import refuse_misspelt_tool_flags
+            from rlhf_recipes.tools.tool_flags import refuse_misspelt_tool_flags
 
             refuse_misspelt_tool_flags(make_parser(), overrides, [recipe_file])
             raise

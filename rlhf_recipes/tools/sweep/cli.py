@@ -26,6 +26,7 @@ from rlhf_recipes.config import RecipeError, _suggest, read_yaml
 from rlhf_recipes.tools.sweep import spec as sweep_spec
 from rlhf_recipes.tools.sweep import state
 from rlhf_recipes.tools.sweep.spec import SweepSpec
+from rlhf_recipes.tools.tool_flags import refuse_misspelt_tool_flags
 
 DEFAULT_ROOT = Path("outputs/sweeps")
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep_spec.check(spec)
         except RecipeError:
             recipe_argv = [spec.recipe, *(["--profile", spec.profile] if spec.profile else [])]
-            sweep_spec.refuse_misspelt_tool_flags(make_parser(), overrides, recipe_argv)
+            refuse_misspelt_tool_flags(make_parser(), overrides, recipe_argv)
             raise
         if args.workers is not None and args.workers < 1:
             raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")

@@ -221,24 +221,3 @@ def check(spec: SweepSpec) -> None:
             where = f"cell {run.cell}" if run.params else spec.source
             # the runner's own message may already start with it ("command line: unknown option ...")
             raise RecipeError(str(e) if str(e).startswith(f"{where}:") else f"{where}: {e}") from None
-
-
-def refuse_misspelt_tool_flags(parser, overrides: list[str], recipe_argv: list[str]) -> None:
-    """A tool's own flag misspelt (`--baselin`, `--seedz`) reaches the recipe as an override, and the recipe's error
-    names the recipe's keys. Called once that error happened: an override that is no setting of the recipe
-    (`recipe_argv`: the recipe without the overrides) but is close to one of the tool's flags names that flag."""
-    from rlhf_recipes.config import load_recipe
-
-    try:
-        recipe = load_recipe(recipe_argv, construct=False)
-    except RecipeError:
-        return  # the recipe itself is wrong: its own error says so
-    flags = [f for f in parser._option_string_actions if f.startswith("--")]
-    for token in overrides:
-        flag = token.partition("=")[0]
-        if not flag.startswith("--") or recipe.has(flag[2:].replace("-", "_")):
-            continue
-        hint = _suggest(flag, flags)
-        if hint:
-            raise RecipeError(f"command line: unknown option `{flag}` for {parser.prog}.{hint} (all of its options: "
-                              f"{parser.prog} --help)")
