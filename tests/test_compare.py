@@ -1,7 +1,8 @@
 """`rlhf-recipes compare`: reference runs mapped onto our axes, verdicts, and run-vs-run views.
 
 All offline. The wandb histories under tests/fixtures/wandb/ are constructed (see
-make_fixtures.py there): they copy the layouts of wandb's exports, not any book data.
+make_fixtures.py there): they copy the layouts of wandb's exports, not any book data; so are the histories of the
+book's three published reward-model runs (1g3y9bcc, 3gkoqb7f, iv4d966d) at the end.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
-from rlhf_recipes.tools.compare import wandb_source
-from rlhf_recipes.tools.compare.align import (
+from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference, references
+from rlhf_recipes.tools.compare.load import load_reference_csvs, load_run, read_metrics_jsonl
+from rlhf_recipes.tools.compare.references import (
+    SPECS,
     align_reference,
     book_step_to_optimizer_step,
     count_optimizer_steps,
+    lookup,
+    optimizer_steps_per_rollout,
 )
-from rlhf_recipes.tools.compare.load import load_reference_csvs, load_run, read_metrics_jsonl
-from rlhf_recipes.tools.compare.references import SPECS, lookup, optimizer_steps_per_rollout
 from rlhf_recipes.tools.compare.verdict import (
     OUTSIDE,
     WITHIN,
@@ -48,12 +50,12 @@ ROLLOUTS, K = 40, 4  # the constructed grpo history: 40 rollouts x 4 optimizer s
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch):
     """No test may reach wandb: the probe says offline and a fetch fails loudly."""
-    monkeypatch.setattr(wandb_source, "network_available", lambda timeout=0: (False, "tests run offline"))
+    monkeypatch.setattr(references, "network_available", lambda timeout=0: (False, "tests run offline"))
 
     def _refuse(path):
         raise AssertionError(f"a test tried to fetch {path} from wandb")
 
-    monkeypatch.setattr(wandb_source, "fetch_history", _refuse)
+    monkeypatch.setattr(references, "fetch_history", _refuse)
 
 
 # --- helpers: runs in the recipe runner's exact output format -----------------------------
@@ -150,7 +152,7 @@ def test_book_step_formula_places_reward_rows_on_the_first_step_of_their_rollout
     assert count_optimizer_steps(is_update).tolist() == [1, 1, 2, 3, 3, 4]
 
 
-# --- load.py + align.py on the fixture CSVs -------------------------------------------------
+# --- load.py + references.py's alignment on the fixture CSVs -------------------------------------------------
 
 
 def _expected_grpo():
@@ -479,10 +481,10 @@ def test_fetch_once_then_cache(tmp_path, monkeypatch):
 
     def fake_fetch(path):
         calls.append(path)
-        return wandb_source._history_frame(rows)
+        return references._history_frame(rows)
 
-    monkeypatch.setattr(wandb_source, "network_available", lambda timeout=0: (True, ""))
-    monkeypatch.setattr(wandb_source, "fetch_history", fake_fetch)
+    monkeypatch.setattr(references, "network_available", lambda timeout=0: (True, ""))
+    monkeypatch.setattr(references, "fetch_history", fake_fetch)
     run = write_run(tmp_path / "grpo", "grpo", grpo_rows_from_fixture())
     cache = tmp_path / "cache"
     for _ in range(2):
@@ -541,15 +543,14 @@ def test_installed_command_runs_and_reports_errors(tmp_path):
     runs = [write_run(tmp_path / n, n, da_rows(20, 0.8)) for n in ("dpo", "ipo")]
     env = {**os.environ, "PYTHONPATH": ""}  # the command must find the package by itself
     command = str(Path(sys.executable).parent / "rlhf-recipes")  # installed by pyproject's [project.scripts]
-    done = subprocess.run([command, "compare", *map(str, runs)],
+    done = subprocess.run([command, "compare", *map(str, runs)], check=False,
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "rewards/accuracies" in done.stdout
     assert (runs[0] / "compare" / "compare.png").exists()  # default --out: <first run>/compare
 
-    failed = subprocess.run([command, "compare", str(runs[0]),
-                             "--reference", "cdpo"], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, timeout=120)
+    failed = subprocess.run([command, "compare", str(runs[0]), "--reference", "cdpo"], check=False,
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert failed.returncode == 2
     assert "--reference-csv" in failed.stderr and "Traceback" not in failed.stderr
 
@@ -557,28 +558,13 @@ def test_installed_command_runs_and_reports_errors(tmp_path):
 
 # --- with the real runner ---------------------------------------------------------------------
 
-RUNNER = REPO / "recipes" / "run.py"
 
-
-def _two_tiny_runs() -> dict[str, tuple[str, ...]]:
-    """dpo plus another direct-alignment recipe if one exists yet, else dpo with another beta
-    (the "change one thing" comparison)."""
-    runs: dict[str, tuple[str, ...]] = {"dpo": ("dpo.yaml",)}
-    other = next((n for n in ("ipo", "kto", "cdpo") if (REPO / "recipes" / f"{n}.yaml").exists()), None)
-    if other:
-        runs[other] = (f"{other}.yaml",)
-    else:
-        runs["dpo-beta0.5"] = ("dpo.yaml", "--beta", "0.5")
-    return runs
-
-
-@pytest.mark.skipif(not RUNNER.exists(), reason="WAITING FOR recipes/run.py: tiny-profile end-to-end compare not run")
 def test_tiny_profile_runs_compare_end_to_end(tmp_path):
     from conftest import run_recipe  # the shared helper: runs recipes/run.py in this process
 
-    runs = _two_tiny_runs()
-    for name, (recipe, *extra) in runs.items():
-        run_recipe(recipe, tmp_path / name, *extra)
+    runs = ("dpo", "ipo")
+    for name in runs:
+        run_recipe(f"{name}.yaml", tmp_path / name)
     report = compare_local_runs([tmp_path / name for name in runs], out_dir=tmp_path / "cmp")
     assert report.headers == ["metric", *runs]
     metrics = [row[0] for row in report.rows]
@@ -595,7 +581,7 @@ def test_tiny_profile_runs_compare_end_to_end(tmp_path):
 
 def _nano_run_copy(tmp_path: Path, algorithm: str, reward_shift: float) -> Path:
     """A user's nano run: the recorded run's folder (seed 0) with its training reward shifted (a different run)."""
-    from rlhf_recipes.tools.compare.nano_reference import NANO_RUNS_DIR
+    from rlhf_recipes.tools.compare.report import NANO_RUNS_DIR
 
     run = tmp_path / f"{algorithm}-nano"
     shutil.copytree(NANO_RUNS_DIR / algorithm / "seed-0", run)
@@ -638,7 +624,7 @@ def test_reference_nano_puts_a_users_evaluation_on_the_recorded_runs_rows(tmp_pa
 
 
 def test_reference_nano_names_what_is_missing_and_flags_non_nano_runs(tmp_path):
-    from rlhf_recipes.tools.compare.nano_reference import compare_with_nano_runs
+    from rlhf_recipes.tools.compare.report import compare_with_nano_runs
 
     root = tmp_path / "recorded"
     shutil.copytree(REPO / "reference_runs" / "nano" / "grpo", root / "grpo")
@@ -660,3 +646,58 @@ def test_reference_to_the_book_on_a_nano_run_points_to_reference_nano(tmp_path):
     run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.0)
     report = compare_with_reference([run], reference_csvs=[API_GRPO], out_dir=tmp_path / "cmp")
     assert any("--reference nano" in n for n in report.notes)
+
+
+# --- the book's reward-model runs --------------------------------------------------------------------------
+# They come from the book's April 2026 code, which logged unprefixed `loss`, `accuracy`, `step_accuracy` and
+# `reward_margin` (its later code logs train/* and val/*), and ran other settings than the recipes (the ORM run is
+# another experiment).
+
+RM_STEPS = 40
+# algorithm -> (the old run's columns -> the metric of ours each must align to)
+OLD_RM_NAMES = {
+    "preference_rm": {"loss": "loss", "accuracy": "accuracy", "reward_margin": "margin"},
+    "orm": {"loss": "loss", "accuracy": "token_accuracy"},  # the old ORM's accuracy was per token
+    "prm": {"loss": "loss", "step_accuracy": "step_accuracy"},
+}
+
+
+def old_rm_history(path: Path, algorithm: str) -> Path:
+    """An API history CSV as the April 2026 scripts logged it: one row per optimizer step (step=global_step)."""
+    steps = np.arange(1, RM_STEPS + 1)
+    frame = pd.DataFrame({"_step": steps})
+    for i, name in enumerate(OLD_RM_NAMES[algorithm]):
+        frame[name] = 0.5 + 0.01 * steps + 0.1 * i
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("algorithm", sorted(OLD_RM_NAMES))
+def test_the_books_old_unprefixed_names_align(algorithm, tmp_path):
+    csv = old_rm_history(tmp_path / "old.csv", algorithm)
+    aligned = align_reference(load_reference_csvs([csv]), lookup(algorithm))
+    assert {ours: am.book for ours, am in aligned.metrics.items()} == {
+        ours: book for book, ours in OLD_RM_NAMES[algorithm].items()}
+    assert aligned.metrics["loss"].steps.tolist() == list(range(1, RM_STEPS + 1))  # step=global_step, as ours
+    assert any("unprefixed" in note for note in aligned.notes)
+
+
+@pytest.mark.parametrize("algorithm", sorted(OLD_RM_NAMES))
+def test_compare_says_the_books_rm_run_is_an_older_setup(algorithm, tmp_path):
+    csv = old_rm_history(tmp_path / "old.csv", algorithm)
+    # Our run that logged the reference's numbers under our names.
+    names = OLD_RM_NAMES[algorithm]
+    run = write_run(tmp_path / algorithm, algorithm, [
+        {"step": int(r["_step"]), "epoch": 1.0, **{ours: float(r[book]) for book, ours in names.items()}}
+        for _, r in pd.read_csv(csv).iterrows()])
+    report = compare_with_reference([run], reference=algorithm, reference_csvs=[csv], out_dir=tmp_path / "out")
+    assert {c.metric for c in report.comparisons} == set(OLD_RM_NAMES[algorithm].values())
+    assert "older setup" in report.title
+    assert any(note.startswith(f"older setup: the book's run {lookup(algorithm).run_id}") for note in report.notes)
+    assert "older setup" in report.table_file.read_text()
+    assert json.loads(report.summary_file.read_text())["reference"]["setup"].startswith("older setup")
+
+
+def test_the_orm_run_is_named_a_different_experiment():
+    note = lookup("orm").run_setup
+    assert "Qwen3-1.7B-Base" in note and "synthetic wrong answers" in note and "1e-4" in note

@@ -2,51 +2,39 @@
 
     rlhf-recipes results RUN_DIR [RUN_DIR ...] [--metric test_accuracy]
 
-Reads each run's final_results.json; the book's numbers come from rlhf_recipes/book_reference.py (`results` of the run's
-algorithm). For rejection sampling (chapter 9) the columns are the base model's test_accuracy and the
-tuned one, for each selection rule and its random control: the book's table (base 0.760; top_per_prompt
-0.790, random_per_prompt 0.795, top_k_overall 0.800, random_k_overall 0.770; within noise on 200 questions).
-The last column says which rule graded the run's answers (final_results.json `grading`: GSM8K's boxed_rule):
-the book's numbers are graded by its own rule, boxed_rule book.
+Reads each run's final_results.json; the book's numbers come from rlhf_recipes/book_reference.py (`results` of the
+run's algorithm: for rejection sampling, chapter 9, the base model's test_accuracy and the tuned one of each selection
+rule and its random control). The last column says which rule graded the run's answers (final_results.json `grading`:
+GSM8K's boxed_rule): the book's numbers are graded by its own rule, boxed_rule book.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from rlhf_recipes.run_folder import FINAL_RESULTS_FILE, read_results
 
 BASE_PREFIX = "base_"  # final_results.json key of the same metric measured on the base model
 
 
-def rows(run_dirs: list[str], metric: str = "test_accuracy") -> list[dict[str, Any]]:
+def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
     from rlhf_recipes.book_reference import book_reference
     from rlhf_recipes.registry import canonical_name
+    from rlhf_recipes.tools.lab.document import number, plain_table
 
-    out = []
+    rows = []
     for run in run_dirs:
         results = read_results(Path(run))
         if results is None:
             raise FileNotFoundError(f"{run}: no {FINAL_RESULTS_FILE} (is the run finished?)")
-        reference = book_reference(canonical_name(str(results.get("algorithm", ""))))
-        book = reference.results
-        out.append({"run": str(run), "algorithm": results.get("algorithm"), "status": results.get("status"),
-                    "base": results.get(BASE_PREFIX + metric), "tuned": results.get(metric),
-                    "book_base": book.get(BASE_PREFIX + metric), "book_tuned": book.get(metric),
-                    "book_runs": ", ".join(reference.runs),
-                    "grading": results.get("grading")})
-    return out
-
-
-def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
-    from rlhf_recipes.tools.lab.document import number, plain_table
-
-    header = ["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
-              "graded by"]
-    return plain_table(header, [[number(r[k], ".3f") for k in ("algorithm", "base", "tuned", "book_base", "book_tuned",
-                                                      "book_runs", "run", "grading")] for r in rows(run_dirs, metric)])
+        book = book_reference(canonical_name(str(results.get("algorithm", ""))))
+        rows.append([number(cell, ".3f") for cell in (
+            results.get("algorithm"), results.get(BASE_PREFIX + metric), results.get(metric),
+            book.results.get(BASE_PREFIX + metric), book.results.get(metric), ", ".join(book.runs), str(run),
+            results.get("grading"))])
+    return plain_table(["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
+                        "graded by"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,11 +40,6 @@ def checkpoints_cell(run: SavedRun) -> str:
     return text + (f", {incomplete} incomplete" if incomplete else "")
 
 
-def metrics_cell(run: SavedRun, limit: int = 3) -> str:
-    items = list(run.final_metrics().items())[:limit]
-    return ", ".join(f"{k} {number(v)}" for k, v in items) or "-"
-
-
 def evaluations_cell(run: SavedRun) -> str:
     """One entry per evaluation: its first metric, and the difference from its baseline when there is one."""
     parts = []
@@ -75,7 +70,9 @@ def print_table(runs: list[SavedRun], root: Path) -> None:
     for run in runs:
         name = str(run.path.relative_to(root)) if run.path != root else run.path.name
         table.add_row(name, run.algorithm, run.model, run.profile or "-", run.status,
-                      "-" if run.steps is None else str(run.steps), metrics_cell(run), evaluations_cell(run),
+                      "-" if run.steps is None else str(run.steps),
+                      ", ".join(f"{k} {number(v)}" for k, v in list(run.final_metrics().items())[:3]) or "-",
+                      evaluations_cell(run),
                       decimal(run.bytes), checkpoints_cell(run))
     # Piped into a file or another program, rich would assume 80 columns: too narrow for ten.
     Console(width=None if sys.stdout.isatty() else 200).print(table)
@@ -104,37 +101,31 @@ def prune(runs: list[SavedRun], keep: int, dry_run: bool) -> int:
     """Delete (or, dry, list) what --prune frees; prints each checkpoint and the total. Returns the bytes."""
     from rich.filesize import decimal
 
-    verb = "would delete" if dry_run else "deleted"
     total = 0
     for run in runs:
         if run.being_written:
             print(f"{run.path}: skipped, being written ({run.status}): no final_results.json since its latest start")
             continue
-        doomed = prunable(run, keep)
-        if not doomed:
+        if not prunable(run, keep):
             continue
         lock = RunLock(run.path, command="rlhf-recipes runs --prune")
-        if not dry_run:
-            try:
-                lock.acquire()  # a run that starts now is refused until the pruning is done
-            except RunFolderInUse as e:
-                who = e.holder.describe() if e.holder is not None else "a process that is starting"
-                print(f"{run.path}: skipped, in use by {who}")
-                continue
         try:
-            # Read again under the lock: a --resume may have started, or ended, since the listing.
             if not dry_run:
+                lock.acquire()  # a run that starts now is refused until the pruning is done
+                # Read again under the lock: a --resume may have started, or ended, since the listing.
                 run = SavedRun.open(run.path)
                 if run.being_written:
                     print(f"{run.path}: skipped, a run started in it meanwhile")
                     continue
-                doomed = prunable(run, keep)
-            for c in doomed:
+            for c in prunable(run, keep):
                 if not dry_run:
                     shutil.rmtree(c.path)
                 why = f" (incomplete: {c.incomplete})" if c.incomplete else ""
-                print(f"{run.path}: {verb} {c.path.name}{why}, {decimal(c.bytes)}")
+                print(f"{run.path}: {'would delete' if dry_run else 'deleted'} {c.path.name}{why}, {decimal(c.bytes)}")
                 total += c.bytes
+        except RunFolderInUse as e:
+            who = e.holder.describe() if e.holder is not None else "a process that is starting"
+            print(f"{run.path}: skipped, in use by {who}")
         finally:
             lock.release()
     exact = f" ({total} bytes)" if total >= 1000 else ""
@@ -150,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prune", type=int, metavar="K", help="keep the last K complete checkpoints per run")
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="with --prune: list, delete nothing")
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of a table")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     root = Path(args.root)
     if not root.is_dir():
         print(f"error: {root}: no such folder; pass the folder your runs write to (default {DEFAULT_ROOT}/)",

@@ -4,7 +4,7 @@ Entry point: `rlhf-recipes compare RUN_DIR [RUN_DIR ...] [--reference ALGORITHM]
 numbers mean.
 """
 
-from rlhf_recipes.tools.compare.errors import CompareError
+from rlhf_recipes.tools.compare.load import CompareError
 from rlhf_recipes.tools.compare.report import CompareReport, compare_local_runs, compare_with_reference
 
 __all__ = ["CompareError", "CompareReport", "compare_local_runs", "compare_with_reference"]

@@ -15,14 +15,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlhf_recipes.tools.compare import CompareError, compare_local_runs, compare_with_reference
-from rlhf_recipes.tools.compare.nano_reference import NANO_REFERENCE, compare_with_nano_runs
+from rlhf_recipes.tools.compare.load import NANO_PROFILE, CompareError
 from rlhf_recipes.tools.compare.references import published_algorithms
-from rlhf_recipes.tools.lab.document import print_table
+from rlhf_recipes.tools.compare.report import (
+    compare_local_runs, compare_with_nano_runs, compare_with_reference,
+)
 from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
+from rlhf_recipes.tools.lab.document import print_table
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (--output_dir of run.py)")
     parser.add_argument("--reference", metavar="ALGORITHM", help="compare with the book's run of this algorithm "
@@ -39,16 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offline", action="store_true", help="never contact wandb; use the cache or CSVs")
     parser.add_argument("--window", type=float, default=WINDOW_FRACTION,
                         help="final fraction of steps the table averages (default: %(default)s)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if not 0 < args.window <= 1:
         print("--window must be in (0, 1].", file=sys.stderr)
         return 2
     try:
-        if args.reference == NANO_REFERENCE:
+        if args.reference == NANO_PROFILE:
             report = compare_with_nano_runs(args.runs, out_dir=args.out, metrics=args.metrics, fraction=args.window)
         elif args.reference or args.reference_csv:
             report = compare_with_reference(args.runs, reference=args.reference, reference_csvs=args.reference_csv,

@@ -23,9 +23,8 @@ import numpy as np
 import pandas as pd
 
 from rlhf_recipes.run_folder import METRICS_FILE, read_config, read_metrics, read_results
-from rlhf_recipes.tools.compare.errors import CompareError
 
-NANO_PROFILE = "nano"  # config.PROFILES: the profile whose runs have recorded references of their own
+NANO_PROFILE = "nano"  # config.PROFILES: the profile with recorded reference runs of its own (`--reference nano`)
 # Keys of a metrics.jsonl row that index it rather than measure anything.
 BOOKKEEPING_KEYS = ("step", "epoch")
 
@@ -33,6 +32,10 @@ UI_STEP_COLUMN = "Step"
 API_STEP_COLUMN = "_step"
 UI_SEPARATOR = " - "
 UI_BUCKET_SUFFIXES = ("__MIN", "__MAX")
+
+
+class CompareError(Exception):
+    """A problem the user can fix. The message says exactly what to do; the CLI prints it without a traceback."""
 
 
 @dataclass
@@ -43,7 +46,6 @@ class LocalRun:
     label: str
     algorithm: str | None
     history: pd.DataFrame  # index: trainer global_step; columns: metric names
-    final_results: dict[str, Any] = field(default_factory=dict)
     heldout: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval/<name>.json of `rlhf-recipes evaluate`
     profile: str | None = None  # config.yaml's `profile` (tiny, nano), None for a real run
 
@@ -67,12 +69,6 @@ class ReferenceHistory:
 # --- local runs ---------------------------------------------------------------------------
 
 
-def _numeric(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else float("nan")
-
-
 def read_metrics_jsonl(path: Path) -> pd.DataFrame:
     """One row per trainer step; a step logged twice (train row + eval row) is merged. Read as the run folder's
     reader reads it (run_folder.read_metrics): a torn last row, a killed run's, is skipped."""
@@ -82,8 +78,9 @@ def read_metrics_jsonl(path: Path) -> pd.DataFrame:
         raise CompareError(f"{path}: a row before the last is not valid JSON ({exc}).") from exc
     records: list[dict[str, float]] = []
     for row in rows:
-        values = {k: _numeric(v) for k, v in row.items() if k not in BOOKKEEPING_KEYS}
-        values = {k: v for k, v in values.items() if v is not None}
+        # Numbers only (a bool or a string is not a metric); an infinity is no point: NaN.
+        values = {k: float(v) if math.isfinite(v) else math.nan for k, v in row.items()
+                  if k not in BOOKKEEPING_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
         if "step" in row and values:
             records.append({"step": int(row["step"]), **values})
     if not records:
@@ -95,20 +92,13 @@ def read_metrics_jsonl(path: Path) -> pd.DataFrame:
 
 def _config_value(run_dir: Path, key: str) -> str | None:
     data = read_config(run_dir)
-    if data is not None:
-        if isinstance(data, dict) and data.get(key):
-            return str(data[key])
-    return None
+    return str(data[key]) if isinstance(data, dict) and data.get(key) else None
 
 
 def run_algorithm(run_dir: Path) -> str | None:
     """The algorithm a run trained, from final_results.json, else config.yaml."""
-    results = read_results(run_dir)
-    if results is not None:
-        algorithm = results.get("algorithm")
-        if algorithm:
-            return str(algorithm)
-    return _config_value(run_dir, "algorithm")
+    algorithm = (read_results(run_dir) or {}).get("algorithm")
+    return str(algorithm) if algorithm else _config_value(run_dir, "algorithm")
 
 
 def run_profile(run_dir: Path) -> str | None:
@@ -122,10 +112,8 @@ def load_run(run_dir: Path, label: str | None = None) -> LocalRun:
     if not metrics.exists():
         raise CompareError(f"{run_dir} is not a run folder: {METRICS_FILE} is missing there. Pass the "
                            f"--output_dir of `recipes/run.py` (the folder holding {METRICS_FILE}).")
-    final_results = read_results(run_dir) or {}
     return LocalRun(path=run_dir, label=label or run_dir.name, algorithm=run_algorithm(run_dir),
-                    history=read_metrics_jsonl(metrics), final_results=final_results, heldout=read_heldout(run_dir),
-                    profile=run_profile(run_dir))
+                    history=read_metrics_jsonl(metrics), heldout=read_heldout(run_dir), profile=run_profile(run_dir))
 
 
 def read_heldout(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -156,40 +144,20 @@ def load_runs(run_dirs: list[Path], labels: list[str | None] | None = None) -> l
 # --- reference CSVs -----------------------------------------------------------------------
 
 
-def _is_complete(steps: pd.Series) -> bool:
-    unique = np.unique(steps.dropna().to_numpy())
-    return len(unique) > 1 and bool(np.all(np.diff(unique) == 1))
-
-
 def _numeric_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Coerce to float; drop columns with no number at all (tables, media, JSON blobs)."""
     frame = frame.apply(pd.to_numeric, errors="coerce")
     return frame.loc[:, frame.notna().any()]
 
 
-def read_api_history_csv(path: Path) -> pd.DataFrame:
-    frame = pd.read_csv(path)
-    # `history().to_csv(...)` writes the pandas index as an unnamed first column.
-    frame = frame.loc[:, ~frame.columns.str.startswith("Unnamed:")]
-    keep = [c for c in frame.columns if c == API_STEP_COLUMN or not c.startswith("_")]
-    return _numeric_columns(frame[keep])
-
-
-def _ui_columns(columns: list[str]) -> dict[str, tuple[str, str]]:
-    """Map each value column of a UI export to (run name, metric)."""
-    parsed: dict[str, tuple[str, str]] = {}
-    for col in columns:
-        if col == UI_STEP_COLUMN or col.endswith(UI_BUCKET_SUFFIXES) or UI_SEPARATOR not in col:
-            continue
-        run, metric = col.rsplit(UI_SEPARATOR, 1)
-        if metric != API_STEP_COLUMN:  # some exports carry each run's own _step: not a metric
+def _ui_export(frame: pd.DataFrame, path: Path, run_name: str | None) -> pd.DataFrame:
+    """One run's `<run name> - <metric>` columns of a chart export, under `_step` and the metric's name."""
+    parsed: dict[str, tuple[str, str]] = {}  # column -> (run name, metric)
+    for col in frame.columns:
+        run, separator, metric = col.rpartition(UI_SEPARATOR)
+        # Bucket min/max are not values; some exports carry each run's own _step: not a metric.
+        if separator and not col.endswith(UI_BUCKET_SUFFIXES) and metric != API_STEP_COLUMN:
             parsed[col] = (run, metric)
-    return parsed
-
-
-def read_ui_export_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
-    frame = pd.read_csv(path)
-    parsed = _ui_columns(list(frame.columns))
     runs = sorted({run for run, _ in parsed.values()})
     if run_name is not None:
         parsed = {c: rm for c, rm in parsed.items() if rm[0] == run_name}
@@ -200,27 +168,27 @@ def read_ui_export_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
                            "--reference-run NAME, or export the chart with only the book's run visible.")
     if not parsed:
         raise CompareError(f"{path} has no '<run name> - <metric>' columns; is it a wandb chart export?")
-    out = frame[[UI_STEP_COLUMN, *parsed]].rename(
-        columns={UI_STEP_COLUMN: API_STEP_COLUMN, **{c: m for c, (_, m) in parsed.items()}}
-    )
-    out = _numeric_columns(out)
+    out = _numeric_columns(frame[[UI_STEP_COLUMN, *parsed]].rename(
+        columns={UI_STEP_COLUMN: API_STEP_COLUMN, **{c: m for c, (_, m) in parsed.items()}}))
     # Steps where only the other runs of the chart have a point are not rows of this run.
-    metrics = [c for c in out.columns if c != API_STEP_COLUMN]
-    return out.dropna(subset=metrics, how="all")
+    return out.dropna(subset=[c for c in out.columns if c != API_STEP_COLUMN], how="all")
 
 
 def read_reference_csv(path: Path, run_name: str | None = None) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise CompareError(f"Reference CSV {path} does not exist.")
-    header = list(pd.read_csv(path, nrows=0).columns)
-    if API_STEP_COLUMN in header:
-        return read_api_history_csv(path)
-    if UI_STEP_COLUMN in header:
-        return read_ui_export_csv(path, run_name)
+    frame = pd.read_csv(path)
+    if API_STEP_COLUMN in frame.columns:
+        # wandb's own columns (_runtime, ...) go, and the pandas index that `history().to_csv(...)` writes as an
+        # unnamed first column.
+        return _numeric_columns(frame[[c for c in frame.columns if c == API_STEP_COLUMN
+                                       or not c.startswith(("_", "Unnamed:"))]])
+    if UI_STEP_COLUMN in frame.columns:
+        return _ui_export(frame, path, run_name)
     raise CompareError(f"{path} has neither a '{UI_STEP_COLUMN}' column (a wandb chart export with the "
                        f"default x-axis) nor '{API_STEP_COLUMN}' (an API history). Its columns: "
-                       f"{', '.join(header[:8])}. Re-export the chart with X axis = Step.")
+                       f"{', '.join(map(str, frame.columns[:8]))}. Re-export the chart with X axis = Step.")
 
 
 def load_reference_csvs(paths: list[Path], run_name: str | None = None) -> ReferenceHistory:
@@ -231,5 +199,6 @@ def load_reference_csvs(paths: list[Path], run_name: str | None = None) -> Refer
     # first() skips NaN per column, so charts exported separately merge row by row.
     merged = merged.groupby(API_STEP_COLUMN, as_index=False).first()
     merged = merged.sort_values(API_STEP_COLUMN).reset_index(drop=True)
+    steps = np.unique(merged[API_STEP_COLUMN].to_numpy())
     return ReferenceHistory(frame=merged, source=", ".join(str(p) for p in paths),
-                            complete=_is_complete(merged[API_STEP_COLUMN]))
+                            complete=len(steps) > 1 and bool(np.all(np.diff(steps) == 1)))

@@ -31,22 +31,23 @@ BAND_SIGMAS = 2.0
 MIN_REFERENCE_POINTS = 3
 WITHIN = "within the reference's band"
 OUTSIDE = "outside the reference's band"
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
 class Comparison:
     metric: str
     run: str
-    yours: float
-    reference: float
-    diff: float  # yours - reference
-    sigma: float  # the reference's step-to-step noise in the window
-    band: float  # half-width: BAND_SIGMAS * sigma
-    within: bool | None  # None when no verdict is possible
-    verdict: str
-    window: tuple[float, float] | None
-    n_yours: int
-    n_reference: int
+    yours: float = NAN
+    reference: float = NAN
+    diff: float = NAN  # yours - reference
+    sigma: float = NAN  # the reference's step-to-step noise in the window
+    band: float = NAN  # half-width: BAND_SIGMAS * sigma
+    within: bool | None = None  # None when no verdict is possible
+    verdict: str = ""
+    window: tuple[float, float] | None = None
+    n_yours: int = 0
+    n_reference: int = 0
 
 
 def shared_window(
@@ -78,15 +79,8 @@ def noise_sigma(values: np.ndarray) -> float:
     """Step-to-step noise: std of first differences / sqrt(2); NaN with fewer than 3 points."""
     values = np.asarray(values, dtype=float)
     if len(values) < 3:
-        return float("nan")
+        return NAN
     return float(np.std(np.diff(values), ddof=1) / math.sqrt(2.0))
-
-
-def _no_verdict(metric: str, run: str, reason: str, **known: float) -> Comparison:
-    nan = float("nan")
-    return Comparison(metric=metric, run=run, yours=known.get("yours", nan), reference=known.get("reference", nan),
-                      diff=known.get("diff", nan), sigma=nan, band=nan, within=None, verdict=f"n/a: {reason}",
-                      window=None, n_yours=0, n_reference=0)
 
 
 def compare_to_reference(metric: str, run: str, yours: tuple[np.ndarray, np.ndarray],
@@ -95,15 +89,15 @@ def compare_to_reference(metric: str, run: str, yours: tuple[np.ndarray, np.ndar
     """Means of both over the shared final window, their difference, and the verdict."""
     window = shared_window(yours[0], reference[0], fraction)
     if window is None:
-        return _no_verdict(metric, run, "the runs share no steps")
+        return Comparison(metric, run, verdict="n/a: the runs share no steps")
     mine = window_values(*yours, window, min_points=1)
     ref = window_values(*reference, window, min_points=MIN_REFERENCE_POINTS)
     mean_mine, mean_ref = float(np.mean(mine)), float(np.mean(ref))
     diff = mean_mine - mean_ref
     sigma = noise_sigma(ref)
     if math.isnan(sigma):
-        return _no_verdict(metric, run, f"only {len(ref)} reference point(s) by step {window[1]:g}", yours=mean_mine,
-                           reference=mean_ref, diff=diff)
+        return Comparison(metric, run, mean_mine, mean_ref, diff,
+                          verdict=f"n/a: only {len(ref)} reference point(s) by step {window[1]:g}")
     band = band_sigmas * sigma
     # The tiny tolerance keeps an exact copy of a flat reference (sigma 0) "within".
     within = abs(diff) <= band + 1e-12 * max(1.0, abs(mean_ref))
@@ -115,7 +109,7 @@ def compare_to_reference(metric: str, run: str, yours: tuple[np.ndarray, np.ndar
 def final_mean(steps: np.ndarray, values: np.ndarray, fraction: float = WINDOW_FRACTION) -> tuple[float, int]:
     """A run's mean over the last `fraction` of its own logged step range (local comparisons)."""
     if len(steps) == 0:
-        return float("nan"), 0
+        return NAN, 0
     start, end = float(np.min(steps)), float(np.max(steps))
     picked = window_values(steps, values, (end - fraction * (end - start), end), min_points=1)
     return float(np.mean(picked)), len(picked)
