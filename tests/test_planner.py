@@ -288,25 +288,25 @@ def test_verdict_and_suggestions_are_replanned():
     assert any("zero3" in c for c in changes) or any("use_peft" in c for c in changes), changes
 
 
-def _plan_cli():
+def _plan_cli(argv: list[str]) -> int:
     """`rlhf-recipes plan ...`, through the installed command's dispatcher."""
     from rlhf_recipes.tools.cli import main as rlhf_recipes
 
-    return lambda argv: rlhf_recipes(["plan", *argv])
+    return rlhf_recipes(["plan", *argv])
 
 
 def test_cli_prints_a_verdict_and_writes_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     out = tmp_path / "plan.json"
-    code = _plan_cli()([str(RECIPES / "grpo.yaml"), "--config", str(ROOT / "accelerate_configs" / "4gpu.yaml"),
+    code = _plan_cli([str(RECIPES / "grpo.yaml"), "--config", str(ROOT / "accelerate_configs" / "4gpu.yaml"),
                         "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "verdict: fits" in printed and "KV cache" in printed
     data = json.loads(out.read_text())
     assert data["algorithm"] == "grpo" and data["launch"].startswith("data parallel (DDP) over 4 GPUs")
-    assert _plan_cli()([str(RECIPES / "dpo.yaml"), "--activation_checkpointing", "false"]) == 1  # does not fit
+    assert _plan_cli([str(RECIPES / "dpo.yaml"), "--activation_checkpointing", "false"]) == 1  # does not fit
     assert "--activation_checkpointing true" in capsys.readouterr().out
-    assert _plan_cli()([str(RECIPES / "grpo.yaml"), "--learnig_rate", "1"]) == 2
+    assert _plan_cli([str(RECIPES / "grpo.yaml"), "--learnig_rate", "1"]) == 2
     assert "Did you mean `learning_rate`" in capsys.readouterr().err
 
 
@@ -316,7 +316,7 @@ def test_plan_takes_the_accelerate_config_as_config_file_too(tmp_path, capsys):
     plans = []
     for flag in (["--config", config], ["--config_file", config], [f"--config_file={config}"]):
         out = tmp_path / "plan.json"
-        assert _plan_cli()([str(RECIPES / "grpo.yaml"), *flag, "--json", str(out), "--no-suggestions"]) == 0, flag
+        assert _plan_cli([str(RECIPES / "grpo.yaml"), *flag, "--json", str(out), "--no-suggestions"]) == 0, flag
         plans.append(json.loads(out.read_text()))
     capsys.readouterr()
     assert plans[0]["launch"].startswith("data parallel (DDP) over 4 GPUs") and plans[0] == plans[1] == plans[2]

@@ -19,18 +19,16 @@ models; the free disk against the checkpoints the run keeps; the planner's memor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
+from rlhf_recipes import preflight as core
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.preflight import OK, STOP, WARN, Finding, no_gpu_fix
+from rlhf_recipes.preflight import OK, STOP, WARN, Finding
 from rlhf_recipes.run_folder import has_config
-from rlhf_recipes.tools.planner.launch import Launch
 
 COLOURS = {OK: "green", WARN: "yellow", STOP: "red"}
 
@@ -64,50 +62,20 @@ def run_checks(argv: list[str], config_file: str | None) -> list[Finding]:
     from rlhf_recipes.tools.planner.launch import read_launch
 
     try:
-        launch = Launched(read_launch(config_file), *_machine_facts(config_file))
+        launch = read_launch(config_file)
     except (OSError, ValueError) as e:
         return [Finding(STOP, "launch", f"--config_file {config_file}: {e}")]
-    with launched_as(launch):
-        return list(_checks(argv, launch))
-
-
-@dataclass(frozen=True)
-class Launched:
-    """The planner's reading of the accelerate config, and what it leaves out: CPU processes, machines."""
-
-    plan: Launch
-    given: bool  # an accelerate config was named (else: one process, as `python recipes/run.py`)
-    cpu: bool  # use_cpu: true, or MULTI_CPU
-    machines: int
-
-    def __getattr__(self, name):  # processes, distributed, describe(), ...: the planner's Launch
-        return getattr(self.plan, name)
-
-
-def _machine_facts(config_file: str | None) -> tuple[bool, bool, int]:
-    if config_file is None:
-        return False, False, 1
-    from rlhf_recipes.tools.planner.launch import read_accelerate_config
-
-    data = read_accelerate_config(config_file)
-    cpu = bool(data.get("use_cpu")) or str(data.get("distributed_type", "")).upper() == "MULTI_CPU"
-    return True, cpu, int(data.get("num_machines", 1) or 1)
-
-
-@contextlib.contextmanager
-def launched_as(launch) -> Iterator[None]:
-    """The environment accelerate gives each process of this launch, while the recipe is read and checked (the
-    world size decides gradient accumulation; DeepSpeed changes what some configs accept)."""
-    wanted = {"WORLD_SIZE": str(launch.processes)}
+    # The environment accelerate gives each process of this launch, while the recipe is read and checked (the world
+    # size decides gradient accumulation; DeepSpeed changes what some configs accept); restored afterwards.
+    env = {"WORLD_SIZE": str(launch.processes)}
     if launch.distributed == "DEEPSPEED":  # what custom_losses' configs and rewards/zero3.py read
-        wanted["ACCELERATE_USE_DEEPSPEED"] = "true"
-        wanted["ACCELERATE_DEEPSPEED_ZERO_STAGE"] = str(launch.zero_stage)
+        env.update(ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE=str(launch.zero_stage))
     if launch.cpu:
-        wanted["ACCELERATE_USE_CPU"] = "true"
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
+        env["ACCELERATE_USE_CPU"] = "true"
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
     try:
-        yield
+        return list(_checks(argv, launch))
     finally:
         for key, value in saved.items():
             if value is None:
@@ -117,8 +85,8 @@ def launched_as(launch) -> Iterator[None]:
 
 
 def _checks(argv: list[str], launch) -> Iterator[Finding]:
-    from rlhf_recipes import preflight as core
     from rlhf_recipes.tools.planner.plan import load_for_planning
+    from rlhf_recipes.validation import _env_flag, hub_reachable
 
     try:
         recipe, bf16 = load_for_planning(argv, launch.processes)
@@ -135,7 +103,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     if wandb is not None:
         yield wandb
     yield from checked("output", lambda: _output_dir(recipe))
-    online = hub_online()
+    online = not _env_flag("HF_HUB_OFFLINE") and hub_reachable()
     yield from checked("model", lambda: model_finding(recipe, online))
     yield from checked("data", lambda: data_finding(recipe, online))
     yield from checked("rewards", lambda: _rewards(recipe))
@@ -170,12 +138,10 @@ def gpu_findings(recipe, launch) -> Iterator[Finding]:
     """The GPUs the launch wants on this machine against those torch sees, and the driver against torch's CUDA."""
     import torch
 
-    from rlhf_recipes.preflight import cpu_requested, is_real_run
-
-    if launch.cpu or cpu_requested(recipe):
+    if launch.cpu or core.cpu_requested(recipe):
         yield Finding(OK, "gpus", f"{launch.processes} CPU process(es) ({launch.source}): no GPU needed")
         return
-    wanted = launch.processes // max(1, launch.machines) if launch.given else (1 if is_real_run(recipe) else 0)
+    wanted = launch.processes // max(1, launch.machines) if launch.given else (1 if core.is_real_run(recipe) else 0)
     seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
     driver = driver_finding(torch)
     if driver is not None:
@@ -190,7 +156,7 @@ def gpu_findings(recipe, launch) -> Iterator[Finding]:
         names = sorted({torch.cuda.get_device_name(i) for i in range(seen)})
         yield Finding(OK, "gpus", f"{asked}; torch {torch.__version__} sees {seen}: {', '.join(names)}")
         return
-    fix = no_gpu_fix() if seen == 0 else "set num_processes to the GPUs this machine has, or check CUDA_VISIBLE_DEVICES"
+    fix = core.no_gpu_fix() if seen == 0 else "set num_processes to the GPUs this machine has, or check CUDA_VISIBLE_DEVICES"
     yield Finding(STOP, "gpus", f"{asked}, but torch {torch.__version__} sees {seen}. {fix}")
 
 
@@ -240,12 +206,6 @@ def _output_dir(recipe) -> Finding:
     return Finding(OK, "output", f"{folder} can be written")
 
 
-def hub_online() -> bool:
-    from rlhf_recipes.validation import _env_flag, hub_reachable
-
-    return not _env_flag("HF_HUB_OFFLINE") and hub_reachable()
-
-
 def model_finding(recipe, online: bool) -> Finding:
     from rlhf_recipes.models import EMBEDDED
     from rlhf_recipes.registry import family_of
@@ -264,32 +224,23 @@ def model_finding(recipe, online: bool) -> Finding:
 
 
 def hub_access_finding(repo_id: str, repo_type: str, check: str, where: str) -> Finding | None:
-    """Whether this machine's hub token may download the repo: None when it may, a warning when the hub did not
-    answer; a RecipeError naming `where` when it may not (a gated repo whose terms were not accepted fails only at
-    its download, after the earlier stages have run)."""
-    problem = _hub_access_problem(repo_id, repo_type)
-    if problem is None:
-        return None
-    level, text = problem
-    if level == STOP:
-        raise RecipeError(f"{where}: {text}")
-    return Finding(level, check, text)
-
-
-def _hub_access_problem(repo_id: str, repo_type: str) -> tuple[str, str] | None:
+    """Whether this machine's hub token may download the repo (repo_type: model or dataset): None when it may, a
+    warning when the hub did not answer; a RecipeError naming `where` when it may not (a gated repo whose terms were
+    not accepted fails only at its download, after the earlier stages have run)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    what = "dataset" if repo_type == "dataset" else "model"
     try:
         HfApi().auth_check(repo_id, repo_type=repo_type)
     except GatedRepoError:
-        return STOP, (f"`{repo_id}` is gated and this machine's hub token has no access: accept its terms on its hub "
-                      "page and log in (hf auth login)")
+        raise RecipeError(f"{where}: `{repo_id}` is gated and this machine's hub token has no access: accept its "
+                          "terms on its hub page and log in (hf auth login)") from None
     except RepositoryNotFoundError:
-        return STOP, (f"no {what} `{repo_id}` on the hub (or it is private: log in with hf auth login)")
+        raise RecipeError(f"{where}: no {repo_type} `{repo_id}` on the hub (or it is private: log in with hf auth "
+                          "login)") from None
     except Exception as e:  # the hub answered the TCP check but not this request
-        return WARN, f"`{repo_id}`: the hub did not answer ({type(e).__name__}); it downloads on first use"
+        return Finding(WARN, check, f"`{repo_id}`: the hub did not answer ({type(e).__name__}); it downloads on first "
+                                    "use")
     return None
 
 
@@ -368,25 +319,21 @@ def _settings(recipe) -> Finding:
 
 
 def _shape(recipe):
-    from rlhf_recipes.tools.planner.shapes import ShapeError, load_shape
+    from rlhf_recipes.tools.planner.shapes import load_shape
 
     try:
         return load_shape(recipe.value("model_name_or_path"), recipe.value("model_revision"))
-    except (ShapeError, OSError, ValueError):
-        return None
-    except Exception:  # the hub's config.json could not be fetched
+    except Exception:  # an architecture the planner does not model, or a config.json the hub did not give
         return None
 
 
 def _disk(recipe, shape, launch) -> Finding | None:
-    from rlhf_recipes.preflight import disk_finding
-    from rlhf_recipes.tools.planner import memory
+    from rlhf_recipes.tools.planner.memory import lora_params
 
-    params = shape.total_params()
-    trainable = None
-    if recipe.value("use_peft"):
-        trainable = memory.lora_params(shape, recipe.value("lora_r") or 16, recipe.value("lora_target_modules"))
-    return disk_finding(recipe, params=params, trainable=trainable, deepspeed=launch.distributed == "DEEPSPEED")
+    trainable = (lora_params(shape, recipe.value("lora_r") or 16, recipe.value("lora_target_modules"))
+                 if recipe.value("use_peft") else None)
+    return core.disk_finding(recipe, params=shape.total_params(), trainable=trainable,
+                             deepspeed=launch.distributed == "DEEPSPEED")
 
 
 def memory_finding(recipe, launch, shape, bf16: bool, gpus: list[Finding]) -> Finding:
@@ -397,7 +344,7 @@ def memory_finding(recipe, launch, shape, bf16: bool, gpus: list[Finding]) -> Fi
 
     seen = torch.cuda.is_available() and torch.cuda.device_count() > 0
     capacity = torch.cuda.get_device_properties(0).total_memory / 2**30 if seen else A6000_GIB
-    plan = build_plan(recipe, launch.plan, shape, default_workload(recipe, launch.plan), bf16=bf16,
+    plan = build_plan(recipe, launch, shape, default_workload(recipe, launch), bf16=bf16,
                       capacity_gib=capacity)
     need = plan.required_bytes / 2**30
     on = f"{capacity:.0f} GiB GPUs (seen)" if seen else f"a {A6000_GIB:g} GB A6000 (no GPU seen: assumed)"

@@ -18,10 +18,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
 
     from rlhf_recipes.config import RecipeError
+    from rlhf_recipes.tools.lab.document import write_result
     from rlhf_recipes.tools.planner import plan_recipe, read_launch
     from rlhf_recipes.tools.planner.report import render, suggest
     from rlhf_recipes.tools.planner.shapes import ShapeError
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         data = plan.summary()
         data["suggestions"] = [{"change": s.change, "required_gib": round(s.plan.required_bytes / 2**30, 3)}
                                for s in suggestions or []]
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        write_result(data, args.json)
     return 0 if plan.verdict != "does not fit" else 1
 
 

@@ -20,6 +20,11 @@ class Launch:
     offload_optimizer: bool = False
     offload_params: bool = False
     mixed_precision: str = "no"
+    # What the planner does not model but preflight checks: whether a config was named at all (else one process,
+    # as `python recipes/run.py`), CPU processes (use_cpu: true, or MULTI_CPU), and the machines.
+    given: bool = False
+    cpu: bool = False
+    machines: int = 1
 
     @property
     def zero3(self) -> bool:
@@ -43,12 +48,24 @@ class Launch:
         return "1 GPU"
 
 
-
 def read_launch(path: str | None) -> Launch:
-    """Launch settings from an accelerate config YAML (accelerate_configs/*.yaml)."""
+    """Launch settings from an accelerate config YAML (accelerate_configs/*.yaml); a ValueError of one line when it
+    is not YAML or not a mapping."""
     if path is None:
         return Launch()
-    data = read_accelerate_config(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(f"{path} is not valid YAML{where} ({problem}): fix it, or write a new one with "
+                         "`accelerate config --config_file PATH`") from None
+    if data is None:
+        data = {}
+    elif not isinstance(data, dict):
+        raise ValueError(f"{path} holds a YAML {type(data).__name__}, expected a mapping of accelerate settings "
+                         "(distributed_type: ..., num_processes: ...), as `accelerate config` writes")
     distributed = str(data.get("distributed_type", "NO")).upper()
     if distributed not in ("NO", "MULTI_GPU", "DEEPSPEED", "MULTI_CPU"):
         raise ValueError(f"{path}: distributed_type {distributed} is not modelled (NO, MULTI_GPU, DEEPSPEED)")
@@ -60,25 +77,9 @@ def read_launch(path: str | None) -> Launch:
                   zero_stage=int(ds.get("zero_stage", 0) or 0) if distributed == "DEEPSPEED" else 0,
                   offload_optimizer=str(ds.get("offload_optimizer_device", "none")).lower() not in ("none", "null", ""),
                   offload_params=str(ds.get("offload_param_device", "none")).lower() not in ("none", "null", ""),
-                  mixed_precision=str(data.get("mixed_precision", "no")))
-
-
-def read_accelerate_config(path: str) -> dict:
-    """The accelerate config as a mapping; a ValueError of one line when it is not YAML or not a mapping."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or type(e).__name__
-        raise ValueError(f"{path} is not valid YAML{where} ({problem}): fix it, or write a new one with "
-                         "`accelerate config --config_file PATH`") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a YAML {type(data).__name__}, expected a mapping of accelerate settings "
-                         "(distributed_type: ..., num_processes: ...), as `accelerate config` writes")
-    return data
+                  mixed_precision=str(data.get("mixed_precision", "no")), given=True,
+                  cpu=bool(data.get("use_cpu")) or distributed == "MULTI_CPU",
+                  machines=int(data.get("num_machines", 1) or 1))
 
 
 def _from_deepspeed_json(path: str, json_path: str) -> dict:

@@ -106,35 +106,18 @@ class Plan:
 # ---------------------------------------------------------------------------------------
 
 
-def _requested_bf16(argv: list[str]) -> bool | None:
-    """The recipe's own bf16 setting (CPU-only machines cannot construct a bf16 TrainingArguments)."""
-    from rlhf_recipes.config import read_yaml, split_command_line
-    from rlhf_recipes.profiles import read_profile
-
-    path, cli = split_command_line(argv)
-    if "bf16" in cli:
-        return cli["bf16"].lower() in ("true", "1", "yes", "on")
-    data = read_yaml(path)
-    if cli.get("profile", data.get("profile")) == "tiny" and data.get("resolved_from") is None:
-        return bool(read_profile("tiny").common["bf16"])  # the profile sits between the YAML and the command line
-    value = data.get("bf16")
-    return None if value is None else bool(value)
-
-
 def load_for_planning(argv: list[str], world_size: int):
     """load_recipe as run.py does, on any machine: without a GPU, bf16 is turned off to construct the
-    config and remembered separately. Returns (recipe, bf16)."""
+    config (CPU-only machines cannot construct a bf16 TrainingArguments) and remembered separately.
+    Returns (recipe, bf16)."""
     import torch
 
     from rlhf_recipes.config import load_recipe
 
-    bf16 = _requested_bf16(argv)
-    if not torch.cuda.is_available() and bf16:
-        recipe = load_recipe([*argv, "--bf16", "false"], world_size=world_size)
-    else:
-        recipe = load_recipe(argv, world_size=world_size)
-        bf16 = bool(getattr(recipe.training, "bf16", False))
-    return recipe, bool(bf16)
+    if not torch.cuda.is_available() and load_recipe(argv, world_size=world_size, construct=False).value("bf16"):
+        return load_recipe([*argv, "--bf16", "false"], world_size=world_size), True
+    recipe = load_recipe(argv, world_size=world_size)
+    return recipe, bool(getattr(recipe.training, "bf16", False))
 
 
 def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> Workload:
@@ -153,11 +136,11 @@ def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> W
 
 
 def plan_recipe(argv: list[str], launch: Launch, capacity_gib: float = A6000_GIB, prompt_len: int | None = None,
-                workload: Workload | None = None, shape: ModelShape | None = None) -> Plan:
+                shape: ModelShape | None = None) -> Plan:
     recipe, bf16 = load_for_planning(argv, launch.processes)
     shape = shape or load_shape(recipe.model.model_name_or_path, recipe.model.model_revision)
-    workload = workload or default_workload(recipe, launch, prompt_len)
-    return build_plan(recipe, launch, shape, workload, bf16=bf16, capacity_gib=capacity_gib)
+    return build_plan(recipe, launch, shape, default_workload(recipe, launch, prompt_len), bf16=bf16,
+                      capacity_gib=capacity_gib)
 
 
 def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf16: bool | None = None,
@@ -206,8 +189,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         trainable = lora + head
         # PEFT keeps adapters in fp32; TRL's trainers cast them to bf16 under QLoRA, and keep the base dtype
         # under ZeRO-3.
-        adapter_bytes = 2 if ((qlora and trl_trainer) or (launch.zero3 and not qlora and trl_trainer)) else 4
-        grad_bytes = adapter_bytes
+        adapter_bytes = grad_bytes = 2 if trl_trainer and (qlora or launch.zero3) else 4
         target_text = "all linear layers" if targets in (None, "all-linear", ["all-linear"]) else ",".join(
             [targets] if isinstance(targets, str) else targets)
         notes.append(f"LoRA r={model_args.lora_r} on {target_text}: {lora / 1e6:.1f}M adapter parameters")
@@ -215,13 +197,13 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         trainable, adapter_bytes, grad_bytes = total, 0, p
 
     # --- resident: weights, optimizer state, reference and reward models ----------------
-    shard = world if launch.distributed == "DEEPSPEED" and launch.zero_stage == 3 else 1
+    shard = world if launch.zero3 else 1
     if qlora:
         linear = shape.decoder_linear_params()
         nested = bool(model_args.use_bnb_nested_quant)
         base = M.nf4_bytes(linear, nested) + (total - linear) * p
         add("policy weights (4-bit base)", base / shard, "resident",
-            f"nf4 decoder linears {linear / 1e6:.0f}M x {0.5 + (1 / 64 + 4 / 16384 if nested else 4 / 64):.4f} B"
+            f"nf4 decoder linears {linear / 1e6:.0f}M x {M.nf4_bytes(1, nested):.4f} B"
             f" + other {(total - linear) / 1e6:.0f}M x {p} B" + (f" / {shard} (ZeRO-3)" if shard > 1 else ""))
         if launch.distributed == "DEEPSPEED":
             warnings.append("QLoRA under DeepSpeed is untested on GPUs and sharded 4-bit weights are not modelled "
@@ -253,7 +235,14 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         notes.append(reference_note)
 
     for path in family.learned_reward_models(recipe):
-        _add_reward_model(path, add, notes, getattr(training, "reward_model_dtype", None))
+        try:
+            rm_shape = load_shape(path)
+        except (ShapeError, OSError) as err:
+            notes.append(f"learned reward {path}: shape unknown ({err}); not counted")
+            continue
+        # rewards/reward_model.py loads it in bf16 on a GPU unless reward_model_dtype says
+        rm_p, rm_params = M.dtype_bytes(getattr(training, "reward_model_dtype", None), 2), rm_shape.total_params(1)
+        add(f"reward model {path}", rm_params * rm_p, "resident", f"{rm_params / 1e9:.3f}B x {rm_p} B (inference only)")
     checkpointing = bool(training.activation_checkpointing)
     if hasattr(training, "share_value_backbone"):  # PPO (custom_losses/ppo/trainer.py): the value model
         value_terms, value_notes = value_model_terms(
@@ -350,17 +339,6 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
                 warnings=warnings, capacity_gib=capacity_gib)
 
 
-def _add_reward_model(path: str, add, notes: list[str], dtype: str | None = None) -> None:
-    try:
-        rm_shape = load_shape(path)
-    except (ShapeError, OSError) as e:
-        notes.append(f"learned reward {path}: shape unknown ({e}); not counted")
-        return
-    p = M.dtype_bytes(dtype, 2)  # rewards/reward_model.py loads it in bf16 on a GPU unless reward_model_dtype says
-    params = rm_shape.total_params(1)
-    add(f"reward model {path}", params * p, "resident", f"{params / 1e9:.3f}B x {p} B (inference only)")
-
-
 def value_model_terms(recipe, shape: ModelShape, workload: Workload, p: int, e: int, launch: Launch,
                       policy_peft: bool, checkpointing: bool, attention: str,
                       optim: str) -> tuple[list[M.Term], list[str]]:
@@ -373,11 +351,10 @@ def value_model_terms(recipe, shape: ModelShape, workload: Workload, p: int, e: 
       Its forward/backward runs in the same backward as the policy's: activations add up.
     shared: only Linear(h, 1) in fp32 on the policy's hidden states (weights, grad, Adam: 16 h bytes).
     """
-    training = recipe.training
-    model_args = recipe.model
+    training, model_args = recipe.training, recipe.model
     if training.share_value_backbone:
-        h = shape.hidden
-        head = M.Term("value head (shared backbone)", 16.0 * h, "resident", "Linear(h, 1) fp32 + grad + 2 Adam states")
+        head = M.Term("value head (shared backbone)", 16.0 * shape.hidden, "resident",
+                      "Linear(h, 1) fp32 + grad + 2 Adam states")
         return [head], ["PPO value model: a head on the policy's backbone (share_value_backbone)"]
     notes = []
     v_shape = shape

@@ -27,35 +27,31 @@ def _candidates(plan: Plan) -> list[tuple[str, str, list[str], Launch]]:
     """(kind, description, extra recipe flags, launch) to try, least invasive kind first; within a
     kind, the mildest change first (the first that fits is reported)."""
     training, launch = plan.recipe.training, plan.launch
-    out: list[tuple[str, str, list[str], Launch]] = []
-    ckpt_options = [[]] if training.activation_checkpointing else [[], ["--activation_checkpointing", "true"]]
-    if not training.activation_checkpointing:
-        out.append(("checkpointing", "--activation_checkpointing true", ["--activation_checkpointing", "true"], launch))
-    for ckpt in ckpt_options:
+    ckpt = ["--activation_checkpointing", "true"]
+    ckpt_options = [[]] if training.activation_checkpointing else [[], ckpt]
+    out = [] if training.activation_checkpointing else [("checkpointing", " ".join(ckpt), ckpt, launch)]
+    for with_ckpt in ckpt_options:
         batch = training.per_device_train_batch_size
         while batch > 1:
             batch //= 2
-            flags = [*ckpt, "--per_device_train_batch_size", str(batch)]
-            desc = " ".join(flags) + " (effective_batch_size kept: more accumulation)"
-            out.append(("micro-batch", desc, flags, launch))
+            flags = [*with_ckpt, "--per_device_train_batch_size", str(batch)]
+            out.append(("micro-batch", " ".join(flags) + " (effective_batch_size kept: more accumulation)", flags,
+                        launch))
+    changes = []  # (kind, description, flags, launch): each tried as it is, then with checkpointing where it is off
     if not launch.zero3:
         gpus = launch.processes if launch.processes > 1 else 4
         zero3 = Launch(source=ZERO3_CONFIG, processes=gpus, distributed="DEEPSPEED", zero_stage=3,
                        mixed_precision=launch.mixed_precision)
         desc = f"--config {ZERO3_CONFIG}" + ("" if launch.processes > 1 else " on 4 GPUs")
-        for ckpt in ckpt_options:
-            out.append(("zero3", " ".join([desc, *ckpt]), ckpt, zero3))
-        for ckpt in ckpt_options:
-            out.append(("zero3-offload", " ".join([desc, "with offload_optimizer_device: cpu", *ckpt]), ckpt,
-                        replace(zero3, offload_optimizer=True)))
+        changes += [("zero3", desc, [], zero3), ("zero3-offload", f"{desc} with offload_optimizer_device: cpu", [],
+                                                 replace(zero3, offload_optimizer=True))]
     if not plan.recipe.model.use_peft:
-        for ckpt in ckpt_options:
-            out.append(("lora", " ".join(["--use_peft true", *ckpt]), ["--use_peft", "true", *ckpt], launch))
+        changes.append(("lora", "--use_peft true", ["--use_peft", "true"], launch))
         if launch.distributed != "DEEPSPEED":
-            for ckpt in ckpt_options:
-                out.append(("qlora", " ".join(["--use_peft true --load_in_4bit true", *ckpt]),
-                            ["--use_peft", "true", "--load_in_4bit", "true", *ckpt], launch))
-    return out
+            changes.append(("qlora", "--use_peft true --load_in_4bit true",
+                            ["--use_peft", "true", "--load_in_4bit", "true"], launch))
+    return out + [(kind, " ".join([desc, *with_ckpt]), [*flags, *with_ckpt], to)
+                  for kind, desc, flags, to in changes for with_ckpt in ckpt_options]
 
 
 def suggest(argv: list[str], plan: Plan, limit: int = 5, prompt_len: int | None = None) -> list[Suggestion]:

@@ -2,7 +2,7 @@
 
 Where a shape comes from, in this order:
   1. a local directory holding config.json, or a path to a .json file;
-  2. `tiny`: the embedded tiny profile's config (built locally, like every tiny run);
+  2. `tiny`, `nano`...: the embedded models' config (built locally, like every tiny or nano run);
   3. shapes shipped in rlhf_recipes/tools/planner/shapes/<org>--<name>.json: the book's models
      (Qwen/Qwen3-0.6B, Qwen/Qwen3-0.6B-Base, Qwen/Qwen3-1.7B, allenai/OLMo-2-0425-1B(-SFT)),
      their published config.json values, so the planner works offline for every recipe;
@@ -15,7 +15,7 @@ Mistral, ...) are modelled; others are refused with a message, not guessed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class ModelShape:
     attention_bias: bool = False
     config_dtype: str | None = None
     source: str = ""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def norm_weight_fp32(self) -> bool:
@@ -123,7 +122,7 @@ def shape_from_config(config: dict[str, Any], name: str = "", source: str = "") 
                       head_dim=int(config.get("head_dim") or hidden // heads), vocab=int(config["vocab_size"]),
                       tied=bool(config.get("tie_word_embeddings", False)), qk_norm=qk_norm, norm=norm,
                       attention_bias=bool(config.get("attention_bias", False)),
-                      config_dtype=config.get("torch_dtype") or config.get("dtype"), source=source, raw=dict(config))
+                      config_dtype=config.get("torch_dtype") or config.get("dtype"), source=source)
 
 
 def shipped_names() -> list[str]:
@@ -131,42 +130,41 @@ def shipped_names() -> list[str]:
 
 
 def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any], str]:
-    """(config.json mapping, where it came from) for a model id, path, `tiny` or `nano`."""
-    path = Path(name)
+    """(config.json mapping, where it came from) for a model id, a path, or an embedded model (tiny, nano...)."""
+    from rlhf_recipes.models import EMBEDDED, TINY
+
+    path, shipped = Path(name), SHIPPED / (name.replace("/", "--") + ".json")
     if path.is_dir() and (path / "config.json").is_file():
-        return json.loads((path / "config.json").read_text()), str(path / "config.json")
-    if path.suffix == ".json" and path.is_file():
-        return json.loads(path.read_text()), str(path)
-    if name == "tiny":
+        file, source = path / "config.json", str(path / "config.json")
+    elif path.suffix == ".json" and path.is_file():
+        file, source = path, str(path)
+    elif name in EMBEDDED:  # the nano models have their untrained start's shape (no SFT run needed)
+        from rlhf_recipes.nano import nano_init_path
         from rlhf_recipes.tiny import tiny_model_path
 
-        file = Path(tiny_model_path()) / "config.json"
-        return json.loads(file.read_text()), "tiny profile (built locally)"
-    if name in ("nano", "nano-init"):  # the nano base has its untrained start's shape (no SFT run needed)
-        from rlhf_recipes.nano import nano_init_path
+        file = Path(tiny_model_path() if name == TINY else nano_init_path()) / "config.json"
+        source = f"{'tiny' if name == TINY else 'nano'} profile (built locally)"
+    elif shipped.is_file():
+        file, source = shipped, f"shipped shape {shipped.name}"
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+            from huggingface_hub.constants import HF_HUB_OFFLINE
 
-        file = Path(nano_init_path()) / "config.json"
-        return json.loads(file.read_text()), "nano profile (built locally)"
-    shipped = SHIPPED / (name.replace("/", "--") + ".json")
-    if shipped.is_file():
-        return json.loads(shipped.read_text()), f"shipped shape {shipped.name}"
-    try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.constants import HF_HUB_OFFLINE
+            from rlhf_recipes.validation import hub_reachable
 
-        from rlhf_recipes.validation import hub_reachable
-
-        # Offline or unreachable: the local cache only, at once (not a minute of download retries).
-        cache_only = HF_HUB_OFFLINE or not hub_reachable()
-        file = hf_hub_download(name, "config.json", revision=revision, local_files_only=cache_only)
-    except Exception as e:  # offline, unknown id, gated repo
-        raise ShapeError(
-            f"no shape for {name!r}: not a local config, not shipped ({', '.join(shipped_names())}), and its "
-            f"config.json could not be fetched from the Hub ({type(e).__name__}: {e}). Pass a local directory "
-            "holding config.json as --model_name_or_path, or drop its config.json into "
-            f"{SHIPPED}/<org>--<name>.json."
-        ) from None
-    return json.loads(Path(file).read_text()), f"Hub config.json ({name})"
+            # Offline or unreachable: the local cache only, at once (not a minute of download retries).
+            cache_only = HF_HUB_OFFLINE or not hub_reachable()
+            file = hf_hub_download(name, "config.json", revision=revision, local_files_only=cache_only)
+        except Exception as e:  # offline, unknown id, gated repo
+            raise ShapeError(
+                f"no shape for {name!r}: not a local config, not shipped ({', '.join(shipped_names())}), and its "
+                f"config.json could not be fetched from the Hub ({type(e).__name__}: {e}). Pass a local directory "
+                "holding config.json as --model_name_or_path, or drop its config.json into "
+                f"{SHIPPED}/<org>--<name>.json."
+            ) from None
+        source = f"Hub config.json ({name})"
+    return json.loads(Path(file).read_text()), source
 
 
 def load_shape(name: str, revision: str | None = None) -> ModelShape:
