@@ -73,12 +73,11 @@ def test_gain_over_seeds_uses_per_problem_values_only_when_every_seed_has_them()
 
 
 def _seed_row(differences: list[float]) -> dict:
+    """One seed's nano-book row (tests/test_nano_book_seeds.py) with its per-problem gains recorded."""
+    from test_nano_book_seeds import _row
+
     gain = sum(differences) / len(differences)
-    return {"algorithm": "grpo", "run": "r", "wall_s": 10.0, "learns": True, "problems": len(differences),
-            "metrics": {"exact_match": {"base": 0.2, "final": 0.2 + gain, "gain": gain,
-                                        "gain_interval": [gain - 0.01, gain + 0.01]}},
-            "differences": {"exact_match": differences},
-            "curves": {"heldout": {"exact_match": [(5, 0.2 + gain)]}, "training": [(5, 0.5)]}}
+    return {**_row(gain), "problems": len(differences), "differences": {"exact_match": differences}}
 
 
 def test_nano_book_learns_column_follows_the_interval_over_seeds_and_problems():

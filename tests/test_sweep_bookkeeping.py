@@ -14,9 +14,9 @@ import pytest
 
 from rlhf_recipes.checkpoints import write_manifest
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.tools.sweep import report, spec, state
 from rlhf_recipes.tools.lab.executor import Executor, Job, next_step, train_command
 from rlhf_recipes.tools.lab.stats import few_seeds_warning, paired_difference, seed_interval
+from rlhf_recipes.tools.sweep import report, spec, state
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")

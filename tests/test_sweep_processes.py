@@ -4,7 +4,6 @@ file's `1e-5` is a number. Fake run commands (a launcher that sleeps), so each t
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_recipes.run_lock import _process_alive
-from rlhf_recipes.tools.sweep import spec, state
 from rlhf_recipes.run_folder import EXIT_STILL_RUNNING
+from rlhf_recipes.run_lock import _process_alive
 from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, Job, run_one, run_plan
+from rlhf_recipes.tools.sweep import spec, state
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
@@ -111,18 +110,14 @@ def test_a_run_held_by_a_live_process_is_running_with_its_pid_not_failed(tmp_pat
         holder.wait()
 
 
-def _finished_run(folder: Path, metrics: dict) -> None:
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text("algorithm: dpo\n")
-    (folder / "final_results.json").write_text(json.dumps({"status": "finished", "final_metrics": metrics}))
-
-
 def test_report_with_a_metric_no_run_logged_names_the_ones_they_have(tmp_path, capsys):
+    from test_sweep_bookkeeping import _fake_run
+
     from rlhf_recipes.tools.sweep.cli import main
 
     state.save(spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1]), tmp_path)
     for seed in (0, 1):
-        _finished_run(tmp_path / "beta=0.1" / f"seed-{seed}", {"loss": 0.5, "rewards/accuracies": 0.75})
+        _fake_run(tmp_path / "beta=0.1" / f"seed-{seed}", metrics={"loss": 0.5, "rewards/accuracies": 0.75})
     assert main([str(tmp_path), "--report", "--metric", "exact_matc"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--metric exact_matc: no run logged it" in err

@@ -5,27 +5,24 @@
     rlhf-recipes nano-book --algorithms grpo,reinforce --max_steps 200 --out outputs/nano-book-quick
     rlhf-recipes nano-book --algorithms grpo,dapo --seeds 3 --workers 2     # 3 training seeds each, 2 at a time
 
-For each algorithm of the family (`--family`, one that runs on nano: the registry's entries of that family) and each
-seed (--seeds N: seeds 0..N-1; default one run at the recipe's seed), a job of the sweep's executor
-(rlhf_recipes/tools/lab/executor.py: --workers at once, a failed run never stops the others, the same command
-again resumes what was interrupted and reuses what finished):
+For each algorithm of the family and each seed (default: one run at the recipe's seed, in <out>/<algorithm>), a job of
+the lab's executor (rlhf_recipes/tools/lab/executor.py: a failed run never stops the others, the same command again
+resumes what was interrupted and reuses what finished):
   1. train `recipes/<algorithm>.yaml --profile nano --torch_threads 1` in its own process (the normal runner; one
-     torch thread, as the shipped runs: the same numbers on the same kind of CPU), with periodic held-out
-     evaluation (`eval_every` steps, `eval_problems` problems, greedy) logged as eval/<metric>;
+     torch thread, as the shipped runs: the same numbers on the same kind of CPU), with periodic greedy held-out
+     evaluation logged as eval/<metric>;
   2. `rlhf-recipes evaluate RUN --baseline`: the family's held-out metrics of the run and of the nano SFT base on
      the same problems, each gain with its paired-bootstrap 95% interval (rlhf_recipes/evaluation/).
-The family says which metrics (Family.nano_book_heldout, nano_book_training): policy gradients, held-out exact
-match and the book's training correctness reward; direct alignment, held-out preference accuracy (implicit
-reward), held-out exact match and the training pairs' preference accuracy. Then one figure,
-<out>/nano_book_<family>.png: a panel per held-out metric and one for the training metric (a running mean)
-against the optimizer step, a line per algorithm; a table of base, final, gain [95% interval] per held-out metric
-and wall time per algorithm (printed, and <out>/nano_book_<family>_table.txt), and every number with the settings
-that produced it in <out>/nano_book_<family>.json. With --seeds, each gain is the mean over seeds with a 95% t
-interval over seeds and problems (every seed is scored on the same problems, so the spread over seeds alone misses
-the problems' share of the noise; rlhf_recipes/tools/lab/stats.py gain_over_seeds, its method written in the JSON
-and under the table), "learns" means that interval lies above zero, and the curves are means over seeds.
-A finished run is reused unless --overwrite; --report trains nothing and redraws the JSON, table and figure from the
-run folders under --out (the base's build record and settings kept from the JSON already there).
+The family names the metrics (Family.nano_book_heldout, nano_book_training): policy gradients, held-out exact match
+and the book's training correctness reward; direct alignment, held-out preference accuracy (implicit reward),
+held-out exact match and the training pairs' preference accuracy. Writes <out>/nano_book_<family>.png (a panel per
+held-out metric and per training metric, a running mean, against the optimizer step; a line per algorithm),
+<out>/nano_book_<family>_table.txt (also printed: base, final, gain [95% interval] per held-out metric, wall time)
+and <out>/nano_book_<family>.json (every number, with the settings that produced it). With --seeds, each gain is
+the mean over seeds with a 95% t interval over seeds and problems (every seed is scored on the same problems, so the
+spread over seeds alone misses the problems' share of the noise: lab/stats.py gain_over_seeds, its method in the
+JSON and under the table), "learns" means that interval lies above zero, and the curves are means over seeds.
+--report keeps the base's build record and the settings from the JSON already there.
 These are this project's nano runs, never the book's: the book's runs are 1-2B models on GPUs.
 """
 
@@ -34,11 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import read_metrics, read_results
+from rlhf_recipes.tools.lab import document
 from rlhf_recipes.tools.lab.document import render_text, running_mean, save_figure, write_result, wrote
 from rlhf_recipes.tools.lab.stats import per_problem_gains
 
@@ -60,14 +59,6 @@ LABELS = {
     "rewards/accuracies": ("Training preference accuracy (TRL's rewards/accuracies)",
                            "pairs ranked right (0-1, running mean of 10 logs)", False),
 }
-
-
-def nano_families() -> list[str]:
-    """The families the nano profile runs that have nano-book metrics, in the registry's order."""
-    from rlhf_recipes.profiles import read_profile
-    from rlhf_recipes.registry import FAMILIES, family_named
-
-    return [f for f in FAMILIES if read_profile("nano").runs(f) and family_named(f).nano_book_heldout]
 
 
 def nano_algorithms(family: str = DEFAULT_FAMILY) -> list[str]:
@@ -100,10 +91,6 @@ def training_keys(family: str) -> list[str]:
     return [training, *(k for k in book_panels(family) if k != training)]
 
 
-def stem(family: str) -> str:
-    return f"nano_book_{family}"
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rlhf-recipes nano-book", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,14 +102,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval_every", type=int, default=50, help="held-out evaluation every N optimizer steps")
     parser.add_argument("--eval_problems", type=int, default=100, help="problems per periodic evaluation")
     parser.add_argument("--num_problems", type=int, default=200, help="problems of the final before/after evaluation")
-    parser.add_argument("--seeds", type=int, help="training seeds per algorithm (seeds 0..N-1, in <out>/<algorithm>/"
-                        "seed-<s>); the table then gives the mean gain with a 95%% interval over seeds and problems")
+    parser.add_argument("--seeds", type=int,
+                        help="training seeds per algorithm: seeds 0..N-1, in <out>/<algorithm>/seed-<s>")
     parser.add_argument("--workers", type=int, help="runs at once (default: one per core)")
     parser.add_argument("--overwrite", action="store_true", help="train again even where a run finished")
     parser.add_argument("--report", action="store_true", help="train nothing: redraw the JSON, table and figure from "
                         "the evaluated run folders under --out (the same --family, --algorithms and --seeds)")
     args = parser.parse_args(argv)
-    families = nano_families()
+    from rlhf_recipes.profiles import read_profile
+    from rlhf_recipes.registry import FAMILIES, family_named
+
+    # the families the nano profile runs that have nano-book metrics, in the registry's order
+    families = [f for f in FAMILIES if read_profile("nano").runs(f) and family_named(f).nano_book_heldout]
     if args.family not in families:
         parser.error(f"--family: {args.family} does not run on nano; expected one of {', '.join(families)}")
     available = nano_algorithms(args.family)
@@ -199,14 +190,6 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
             "differences": {m: per_problem_gains(result, m) for m in heldout}}
 
 
-def base_record(model: str) -> dict[str, Any] | None:
-    """The base's build record (evaluation/target.py RECORD beside the model), None for a base built without one."""
-    from rlhf_recipes.evaluation.target import RECORD
-
-    path = Path(model) / RECORD
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-
-
 def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
     interval over seeds and problems (rlhf_recipes/tools/lab/stats.py gain_over_seeds: every seed is scored on the
@@ -281,19 +264,17 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     axes = list(upper.subplots(1, top))
     small = lower.subplots(len(banded), len(rows), sharey="row", squeeze=False) if banded else []
     same = identical_to(rows)
-    smooth = logs_window(rows)
+    smooth = logs_window(r["curves"]["training"] for r in rows)
     colors = {}
     for n, row in enumerate(rows):
         name = row["algorithm"]
         color = colors[same[name]] if name in same else f"C{n % 10}"
         colors[name] = color
-        style = dict(ls=(0, (4, 3)), lw=2.2, marker="x", markersize=6) if name in same else dict(marker="o",
-                                                                                               markersize=3)
+        style = ({"ls": (0, (4, 3)), "lw": 2.2, "marker": "x", "markersize": 6} if name in same
+                 else {"marker": "o", "markersize": 3})
         label = f"{name} (= {same[name]}: identical runs)" if name in same else name
         for axis, metric in zip(axes, heldout):
-            scale = 100 if _label(metric)[2] else 1
-            points = _heldout_points(row, metric)
-            axis.plot([p[0] for p in points], [scale * p[1] for p in points], color=color, label=label, **style)
+            axis.plot(*_heldout_xy(row, metric), color=color, label=label, **style)
         for axis, key in zip(axes[len(heldout):], trained):
             points = row["curves"]["training"] if key == training else row["curves"].get("book", {}).get(key, [])
             axis.plot([p[0] for p in points], running_mean([p[1] for p in points], smooth), color=color, label=label,
@@ -307,7 +288,8 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
             title = f"The book's {book[metric]}: our {metric}"
             ylabel = f"{book[metric]} (running mean of 10 logs)" if metric not in LABELS else ylabel
         if metric not in heldout:
-            ylabel = ylabel.replace("running mean of 10 logs", _smoothing_words(smooth))
+            ylabel = ylabel.replace("running mean of 10 logs",
+                                    f"running mean of {smooth} logs" if smooth > 1 else "every log")
         axis.set(xlabel="optimizer step", ylabel=ylabel, title=title)
         axis.legend(fontsize=8, ncol=2)
     for r, metric in enumerate(banded, start=1):  # small multiples: one algorithm each, its band, the rest grey
@@ -316,11 +298,9 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
             axis = small[r - 1][c]
             for other in rows:
                 if other is not row:
-                    points = _heldout_points(other, metric)
-                    axis.plot([p[0] for p in points], [scale * p[1] for p in points], color="0.8", lw=0.8)
-            points = _heldout_points(row, metric)
+                    axis.plot(*_heldout_xy(other, metric), color="0.8", lw=0.8)
             color = colors[row["algorithm"]]
-            axis.plot([p[0] for p in points], [scale * p[1] for p in points], color=color, marker="o", markersize=2.5)
+            axis.plot(*_heldout_xy(row, metric), color=color, marker="o", markersize=2.5)
             band = row["curves"].get("bands", {}).get("heldout", {}).get(metric) or []
             if band:
                 axis.fill_between([b[0] for b in band], [scale * b[1] for b in band], [scale * b[2] for b in band],
@@ -338,19 +318,17 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     save_figure(fig, path, f"{family} on the nano profile, spell_backward (this project's CPU runs, not the book's)")
 
 
-def _heldout_points(row: dict[str, Any], metric: str) -> list:
-    return [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]  # step 0: the base
+def _heldout_xy(row: dict[str, Any], metric: str) -> tuple[list, list]:
+    """The steps and values (a rate in %) of a held-out curve, from step 0: the base."""
+    points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]
+    scale = 100 if _label(metric)[2] else 1
+    return [p[0] for p in points], [scale * p[1] for p in points]
 
 
-def logs_window(rows: list[dict[str, Any]]) -> int:
-    """Logs per running mean of the training panels: 10 for runs of at least 50 logs, else none (a short run's
-    running mean would end far from its last value, the number its table shows)."""
-    shortest = min((len(r["curves"]["training"]) for r in rows), default=0)
-    return 10 if shortest >= 50 else 1
-
-
-def _smoothing_words(window: int) -> str:
-    return f"running mean of {window} logs" if window > 1 else "every log"
+def logs_window(curves: Iterable[list]) -> int:
+    """Logs per running mean of a training panel (nano-book's, nano-figures'): 10 where every curve has at least 50
+    logs, else none (a short run's running mean would end far from its last value, the number its table shows)."""
+    return 10 if min(map(len, curves), default=0) >= 50 else 1
 
 
 def _cell(value: float, rate: bool, signed: bool = False) -> str:
@@ -380,22 +358,16 @@ def base_line(record: dict[str, Any] | None) -> str:
 
 def table(rows: list[dict[str, Any]], family: str = DEFAULT_FAMILY, base: dict[str, Any] | None = None):
     """`base`: the nano base's build record (caption); each row's base column is its own baseline evaluation."""
-    from rich.table import Table
-
     heldout, _ = book_metrics(family)
     seeds = max((r.get("seeds", 1) for r in rows), default=1)
     over = f"mean of {seeds} training seeds, 95% t interval over seeds and problems" if seeds > 1 else \
         "one training seed, 95% paired bootstrap over problems"
     methods = sorted({v["interval"] for r in rows for v in r["metrics"].values() if v.get("interval")})
-    out = Table(title=f"nano-book: held-out {', '.join(heldout)} of each {family} algorithm vs the nano SFT base "
-                      f"(gains in points for rates; {over})",
-                caption="\n".join([base_line(base), *(f"gain interval: {m}" for m in methods)]))
-    out.add_column("algorithm")
-    for metric in heldout:
-        for column in ("base", "final", "gain [95%]"):
-            out.add_column(f"{metric}\n{column}", justify="right")
-    out.add_column("learns", justify="right")
-    out.add_column("wall time", justify="right")
+    columns = [f"{metric}\n{column}" for metric in heldout for column in ("base", "final", "gain [95%]")]
+    out = document.table(f"nano-book: held-out {', '.join(heldout)} of each {family} algorithm vs the nano SFT base "
+                         f"(gains in points for rates; {over})", ["algorithm", *columns, "learns", "wall time"],
+                         right=[*columns, "learns", "wall time"],
+                         caption="\n".join([base_line(base), *(f"gain interval: {m}" for m in methods)]))
     for r in rows:
         cells = []
         for metric in heldout:
@@ -419,14 +391,11 @@ def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlhf_recipes.nano import nano_model_path
-
     args = parse(sys.argv[1:] if argv is None else argv)
-    name = stem(args.family)
+    name, todo = f"nano_book_{args.family}", jobs(args)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "algorithm_list"}
     if args.report:
-        folders = [job.folder for job in jobs(args)]
-        missing = [str(f) for f in folders if not (f / "eval" / "nano_book.json").exists()]
+        missing = [str(job.folder) for job in todo if not job.eval_output.exists()]
         if missing:
             print(f"nano-book --report: no evaluated run in {', '.join(missing)}; run nano-book without --report "
                   "(same --out, --family, --algorithms and --seeds) to train and evaluate them", file=sys.stderr)
@@ -436,24 +405,27 @@ def main(argv: list[str] | None = None) -> int:
         base = (before.get("base") or {}).get("build")
         settings = {**before.get("settings", settings), "report": "redrawn from the run folders by nano-book --report"}
     else:
-        code, outcomes = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-book", record_wall)
+        from rlhf_recipes.evaluation.target import RECORD
+        from rlhf_recipes.nano import nano_model_path
+
+        code, _ = run_jobs(todo, args.out, args.workers, args.overwrite, "nano-book", record_wall)
         if code:
             return code
-        folders = [o.job.folder for o in outcomes]
-        base = base_record(nano_model_path())  # the base's build record (built by run_jobs)
+        # the base's build record (evaluation/target.py, beside the base run_jobs built); none for an older base
+        record = Path(nano_model_path()) / RECORD
+        base = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
     rows = []
     for algorithm in args.algorithm_list:
-        runs = [f for f in folders if f.relative_to(args.out).parts[0] == algorithm]
-        per_seed = [summary(algorithm, run, wall_seconds(run), json.loads((run / "eval" / "nano_book.json")
-                                                                          .read_text()), args.family) for run in runs]
-        rows.append(over_seeds(per_seed) if args.seeds else per_seed[0])
-    for row in rows:
-        row.pop("differences", None)  # per-problem values stay in each run's evaluation, not in the summary
+        per_seed = [summary(algorithm, job.folder, wall_seconds(job.folder), json.loads(job.eval_output.read_text()),
+                            args.family) for job in todo if job.name.split("/")[0] == algorithm]
+        # the per-problem values stay in each run's evaluation, out of the summary
+        rows.append(over_seeds(per_seed) if args.seeds else
+                    {k: v for k, v in per_seed[0].items() if k != "differences"})
     text = render_text([table(rows, args.family, base)])
     print(text, end="")
-    document = {"what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
-                "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}
-    print(wrote(write_result(document, args.out / f"{name}.json", text=text, text_path=args.out / f"{name}_table.txt",
+    result = {"what": f"{args.family} recipes on the nano profile (this project's CPU runs, not the book's)",
+              "base": {"model": "nano", "build": base}, "settings": settings, "algorithms": rows}
+    print(wrote(write_result(result, args.out / f"{name}.json", text=text, text_path=args.out / f"{name}_table.txt",
                              draw=lambda path: plot(rows, path, args.family), figure_path=args.out / f"{name}.png")))
     return 0
 

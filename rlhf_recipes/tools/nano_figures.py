@@ -6,11 +6,11 @@
 
 Each figure is a family's `book_figure` in the registry (rlhf_recipes/families/base.py, BookFigure): the book's
 wandb image it answers, its panels as (the book's metric, the key our runs log in metrics.jsonl), the algorithms
-whose nano runs it overlays, and the held-out proof drawn beside them. The runs are jobs of the sweep's executor
+whose nano runs it overlays, and the held-out proof drawn beside them. The runs are jobs of the lab's executor
 (rlhf_recipes/tools/lab/executor.py): `recipes/<algorithm>.yaml --profile nano --torch_threads 1` (one thread, as
-the shipped runs) in <out>/<algorithm>, --workers at
-once; a finished run is reused, an interrupted one resumed, unless --overwrite. instruction_tuning trains nothing:
-it reads the nano SFT base's build (rlhf_recipes.nano.nano_model_path(), built once on first use).
+the shipped runs) in <out>/<algorithm>, --workers at once; a finished run is reused, an interrupted one resumed,
+unless --overwrite. instruction_tuning trains nothing: it reads the nano SFT base's build
+(rlhf_recipes.nano.nano_model_path(), built once on first use).
 Writes <out>/nano_<figure>.png (a panel per book metric against the optimizer step, a faint raw line and a
 running mean of 10 logs per run, then the held-out panel) and <out>/nano_<figure>.json (the numbers, run folders
 relative to <out>). The policy-gradient and direct-alignment figures are `rlhf-recipes nano-book`'s.
@@ -26,16 +26,14 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import METRICS_FILE, has_metrics, read_metrics, read_results
-from rlhf_recipes.tools.lab.document import save_figure, write_result
+from rlhf_recipes.tools.lab.document import running_mean, save_figure, write_result
+from rlhf_recipes.tools.nano_book import NANO_RUN, logs_window, run_jobs
 
-SMOOTH = 10  # logs per running mean, as nano-book ...
-SMOOTH_FROM = 50  # ... for runs of at least this many logs: a shorter one (the base logs 27 times) is drawn raw
 # Axis labels with units of the keys the figures draw (the keys themselves come from the registry).
 UNITS = {"loss": "training loss (nats per token)", "grad_norm": "gradient L2 norm (before clipping)",
          "epoch": "epoch (passes over the selected completions)",
          "reward": "correctness reward of the step's groups (0-1)",
          "eval/exact_match": "held-out exact match (% of problems, greedy)"}
-RATES = {"eval/exact_match", "test_accuracy"}  # drawn in %
 
 
 def figures() -> dict[str, str]:
@@ -74,7 +72,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm of the chosen figures: train on nano into <out>/<algorithm>."""
     from rlhf_recipes.tools.lab.executor import Job
-    from rlhf_recipes.tools.nano_book import NANO_RUN
 
     names = [a for f in args.figure_list for a in figure_of(f).algorithms]
     return [Job(a, args.out / a, (str(recipe_path(a)), *NANO_RUN)) for a in names]
@@ -113,12 +110,8 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         values = [v for _, v in points]
         out[key] = {"logs": len(points), "last_step": points[-1][0] if points else None,
                     "first": values[0] if values else None, "last": values[-1] if values else None,
-                    "mean_first_10": mean(values[:SMOOTH]), "mean_last_10": mean(values[-SMOOTH:])}
+                    "mean_first_10": mean(values[:10]), "mean_last_10": mean(values[-10:])}
     return out
-
-
-def _title(book: str, key: str) -> str:
-    return f"The book's {book}" + ("" if book == key else f": our {key}")
 
 
 def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
@@ -128,27 +121,24 @@ def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from rlhf_recipes.tools.lab.document import running_mean
-
-    panels = [(book, key) for book, key in figure.panels]
+    panels = list(figure.panels)
     extra = 1 if (figure.heldout_curve or figure.heldout_final) else 0
     fig, axes = plt.subplots(1, len(panels) + extra, figsize=(5.2 * (len(panels) + extra), 4.6), squeeze=False)
     axes = list(axes[0])
-    def smooth(key: str) -> bool:  # epoch is a step function, drawn as is
-        return key != "epoch" and min(len(r["curves"][key]) for r in runs) >= SMOOTH_FROM
-
+    # nano-book's rule: a shorter run (the base logs 27 times) is drawn raw; epoch is a step function, drawn as is
+    window = {key: 1 if key == "epoch" else logs_window(r["curves"][key] for r in runs) for _, key in panels}
     for i, run in enumerate(runs):
-        color = f"C{i}"
         for axis, (_, key) in zip(axes, panels):
             points = run["curves"][key]
             steps, values = [p[0] for p in points], [p[1] for p in points]
-            if smooth(key):
-                axis.plot(steps, values, color=color, alpha=0.2, linewidth=0.8)
-                values = running_mean(values, SMOOTH)
-            axis.plot(steps, values, color=color, label=run["name"])
+            if window[key] > 1:
+                axis.plot(steps, values, color=f"C{i}", alpha=0.2, linewidth=0.8)
+                values = running_mean(values, window[key])
+            axis.plot(steps, values, color=f"C{i}", label=run["name"])
     for axis, (book, key) in zip(axes, panels):
-        how = f"line: running mean of {SMOOTH} logs, faint: raw" if smooth(key) else "every logged step"
-        axis.set(xlabel="optimizer step", ylabel=UNITS.get(key, key), title=_title(book, key) + "\n" + how)
+        how = f"line: running mean of {window[key]} logs, faint: raw" if window[key] > 1 else "every logged step"
+        title = f"The book's {book}" + ("" if book == key else f": our {key}")
+        axis.set(xlabel="optimizer step", ylabel=UNITS.get(key, key), title=f"{title}\n{how}")
     if figure.heldout_curve:
         axis, key = axes[-1], figure.heldout_curve
         for i, run in enumerate(runs):
@@ -213,7 +203,6 @@ def draw(name: str, runs: list[tuple[str, Path]], out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from rlhf_recipes.nano import nano_model_path
-    from rlhf_recipes.tools.nano_book import run_jobs
 
     args = parse(sys.argv[1:] if argv is None else argv)
     code, _ = run_jobs(jobs(args), args.out, args.workers, args.overwrite, "nano-figures")

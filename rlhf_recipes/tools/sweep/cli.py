@@ -31,10 +31,6 @@ from rlhf_recipes.tools.tool_flags import refuse_misspelt_tool_flags
 DEFAULT_ROOT = Path("outputs/sweeps")
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    return make_parser().parse_known_args(argv)
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-recipes sweep", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,16 +100,9 @@ def wants_evaluation(spec: SweepSpec, asked: bool | None) -> bool:
     return family_of(recipe.algorithm).evaluator(recipe, EvalOptions()) is not None
 
 
-def jobs_of(spec: SweepSpec, sweep_dir: Path, evaluate: bool):
-    from rlhf_recipes.tools.lab.executor import Job
-
-    return [Job(name=str(run.relpath), folder=sweep_dir / run.relpath, train=tuple(spec.train_args(run)),
-                evaluate=("--batch_size", "50") if evaluate else None) for run in spec.runs()]
-
-
 def main(argv: list[str] | None = None) -> int:
-    args, overrides = parse(sys.argv[1:] if argv is None else argv)
-    from rlhf_recipes.tools.lab.executor import check_settings, run_plan
+    args, overrides = make_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    from rlhf_recipes.tools.lab.executor import Job, check_settings, run_plan
     from rlhf_recipes.tools.sweep import report
 
     try:
@@ -123,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
-            return print_report(report.write(recorded, sweep_dir))
+            print(report.write(recorded, sweep_dir), end="")
+            return 0
         try:
             sweep_spec.check(spec)
         except RecipeError:
@@ -132,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if args.workers is not None and args.workers < 1:
             raise RecipeError(f"--workers: expected a number of runs at once >= 1, got {args.workers}")
-        jobs = jobs_of(spec, sweep_dir, wants_evaluation(spec, args.evaluate))
+        evaluate = ("--batch_size", "50") if wants_evaluation(spec, args.evaluate) else None
+        jobs = [Job(str(run.relpath), sweep_dir / run.relpath, tuple(spec.train_args(run)), evaluate)
+                for run in spec.runs()]
         with state.SweepLock(sweep_dir):
             whole = state.merged(spec, sweep_dir, args.overwrite)
             if args.slurm:
-                from rlhf_recipes.tools.sweep.slurm import write_and_submit
+                from rlhf_recipes.tools.sweep.task import write_and_submit
 
                 for job in [] if args.overwrite else jobs:
                     check_settings(job)
@@ -148,20 +140,13 @@ def main(argv: list[str] | None = None) -> int:
                                on_finish=lambda outcome: report.write(whole, sweep_dir))
             if code == 2:
                 return code
-            result = report.write(whole, sweep_dir)
+            text = report.write(whole, sweep_dir)
     except RecipeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print_report(result)
+    print(text, end="")
     print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
     return code
-
-
-def print_report(result: dict) -> int:
-    from rlhf_recipes.tools.sweep.report import text
-
-    print(text(result), end="")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,13 +1,8 @@
 """A sweep's report, read from its run folders alone (so `--report` redraws it at any time, from any machine):
-
-  sweep.json  every run's final metrics and held-out evaluation; per cell, per metric: n, mean, seed std, the 95%
-              t interval over seeds and the per-seed values; every pair of cells' paired difference in the key
-              metric with its interval and whether it excludes zero; the runs that did not finish
-  sweep.txt   the same as tables (also printed)
-  sweep.png   the key metric against the swept value (seeds as dots, the mean with its interval), and the training
-              curve of each cell as a mean line with a band over seeds (min to max)
-Metric names: `heldout/<m>` (the evaluated model), `gain/<m>` (minus the baseline, same problems), `final/<m>` (the
-run's last logged training value).
+sweep.json (every run's numbers, each cell's seed statistics, each pair of cells' paired difference in the key
+metric), sweep.txt (the same as tables, also printed) and sweep.png (plot.py); docs/sweeps.md, "What a sweep
+writes", has each in full. Metric names: `heldout/<m>` (the evaluated model), `gain/<m>` (minus the baseline, same
+problems), `final/<m>` (the run's last logged training value).
 """
 
 from __future__ import annotations
@@ -18,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.run_folder import has_config, read_results
-from rlhf_recipes.tools.lab.document import render_text, table, write_result
+from rlhf_recipes.tools.lab import stats
+from rlhf_recipes.tools.lab.document import number, render_text, table, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
-from rlhf_recipes.tools.lab.stats import (few_seeds_warning, gain_over_seeds, paired_difference, per_problem_gains,
-                                         seed_interval)
 
 STEM = "sweep"
 
 
-def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, Any]:
+def run_record(sweep_dir: Path, run: Run) -> dict[str, Any]:
     """One run's status and metrics, from its folder."""
     folder = sweep_dir / run.relpath
     record: dict[str, Any] = {"cell": run.cell, "params": run.params, "seed": run.seed, "folder": str(run.relpath),
@@ -39,7 +33,7 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
     record["wall_s"] = results.get("wall_seconds")
     for key, value in (results.get("final_metrics") or {}).items():
         record["metrics"][f"final/{key}"] = value
-    evaluation = folder / "eval" / f"{eval_name}.json"
+    evaluation = folder / "eval" / f"{STEM}.json"  # the executor's Job.eval_name
     if evaluation.exists():
         result = json.loads(evaluation.read_text())
         for key, value in (result.get("metrics") or {}).items():
@@ -51,20 +45,22 @@ def run_record(sweep_dir: Path, run: Run, eval_name: str = STEM) -> dict[str, An
                 record.setdefault("gains", {})[f"gain/{key}"] = {
                     "gain": diff["value"], "interval": [diff.get("low"), diff.get("high")],
                     "problems": (result.get("data") or {}).get("problems"),
-                    "differences": per_problem_gains(result, key)}
+                    "differences": stats.per_problem_gains(result, key)}
         record["heldout_order"] = list(result.get("metrics") or {})
     return record
 
 
+def _names(metric: str) -> tuple[str, ...]:
+    """What `--metric` (or a sweep file's `metric`) may name, in order: as given, then gain/, heldout/, final/."""
+    return (metric, f"gain/{metric}", f"heldout/{metric}", f"final/{metric}")
+
+
 def key_metric(spec: SweepSpec, records: list[dict[str, Any]], algorithm) -> str | None:
-    """The metric the report ranks: the sweep's `metric` (bare names prefer gain/, heldout/, final/), else the
-    family's first held-out metric's gain, else the evaluation's first metric's gain, else a key training metric."""
+    """The metric the report ranks: the sweep's `metric` (_names), else the family's first held-out metric's gain,
+    else the evaluation's first metric's gain, else a key training metric."""
     present = {m for r in records for m in r["metrics"]}
-    if spec.metric:
-        for name in (spec.metric, f"gain/{spec.metric}", f"heldout/{spec.metric}", f"final/{spec.metric}"):
-            if name in present:
-                return name
-        return spec.metric  # not logged (yet): the report says so
+    if spec.metric:  # not logged (yet): the name as given, and the report says so
+        return next((name for name in _names(spec.metric) if name in present), spec.metric)
     from rlhf_recipes.registry import family_of
 
     evaluated = next((r["heldout_order"] for r in records if r.get("heldout_order")), [])
@@ -81,22 +77,16 @@ def check_metric_logged(spec: SweepSpec, sweep_dir: Path) -> None:
 
     present = sorted({m for run in spec.runs() for m in run_record(sweep_dir, run)["metrics"]})
     name = spec.metric
-    if not name or any(m in present for m in (name, f"gain/{name}", f"heldout/{name}", f"final/{name}")):
+    if not name or any(m in present for m in _names(name)):
         return
     if not present:
         raise RecipeError(f"{sweep_dir}: --metric {name}: no run of this sweep has finished, so none has logged "
                           "any metric yet; run the sweep first")
-    raise RecipeError(f"{sweep_dir}: --metric {name}: no run logged it (looked for {name}, gain/{name}, "
-                      f"heldout/{name}, final/{name}); the runs have: {', '.join(present)}")
+    raise RecipeError(f"{sweep_dir}: --metric {name}: no run logged it (looked for {', '.join(_names(name))}); "
+                      f"the runs have: {', '.join(present)}")
 
 
-def training_metric(algorithm) -> str:
-    from rlhf_recipes.registry import family_of
-
-    return family_of(algorithm).nano_book_training or next(iter(algorithm.key_metrics), "loss")
-
-
-def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
+def aggregate(records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
     """Cells (ranked by the key metric's mean) with every metric's seed statistics, and every pair's difference.
     A gain over the baseline (gain/<m>) gets the interval over seeds and problems and `learns` (its low end above 0;
     lab/stats.py gain_over_seeds, the rule nano-book's table uses); other metrics the t interval over seeds."""
@@ -111,11 +101,11 @@ def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, g
                 cell["gains"].setdefault(name, []).append(gain)
     for cell in cells.values():
         per_seed, gains = cell.pop("per_seed"), cell.pop("gains")
-        cell["metrics"] = {name: {**seed_interval(list(values.values())), "per_seed": values}
+        cell["metrics"] = {name: {**stats.seed_interval(list(values.values())), "per_seed": values}
                            for name, values in sorted(per_seed.items())}
         for name, runs in gains.items():
             if len(runs) == len(per_seed.get(name, {})):
-                over = gain_over_seeds(runs)
+                over = stats.gain_over_seeds(runs)
                 cell["metrics"][name].update(low=over["low"], high=over["high"], learns=over["learns"],
                                              method=over["method"])
         cell["seeds_finished"] = sorted(per_seed.get(key, {})) if key else []
@@ -126,26 +116,28 @@ def aggregate(spec: SweepSpec, records: list[dict[str, Any]], key: str | None, g
     for a, b in combinations(ranked, 2):
         if key in a["metrics"] and key in b["metrics"]:
             pairs.append({"a": a["cell"], "b": b["cell"], "metric": key,
-                          **paired_difference(a["metrics"][key]["per_seed"], b["metrics"][key]["per_seed"])})
+                          **stats.paired_difference(a["metrics"][key]["per_seed"], b["metrics"][key]["per_seed"])})
     return {"cells": ranked, "pairs": pairs}
 
 
 def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
+    from rlhf_recipes.registry import family_of
+
     records = [run_record(sweep_dir, run) for run in spec.runs()]
     algorithm = spec.recipe_of().algorithm  # resolved once per report (it is rewritten as each run finishes)
     key = key_metric(spec, records, algorithm)
-    goal = spec.goal
-    summary = aggregate(spec, records, key, goal)
+    summary = aggregate(records, key, spec.goal)
     seeds = max((len(c["seeds_finished"]) for c in summary["cells"]), default=0)
     return {
         "what": "a controlled experiment: every cell of the grid x every seed is one run of the runner",
         "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
                   "overrides": spec.overrides, "source": spec.source},
-        "key_metric": key, "goal": goal, "training_metric": training_metric(algorithm),
+        "key_metric": key, "goal": spec.goal,
+        "training_metric": family_of(algorithm).nano_book_training or next(iter(algorithm.key_metrics), "loss"),
         "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); a gain over the "
                                    "baseline (gain/<m>): over seeds and problems, its `method` beside it; pairs: "
                                    "paired t interval of the difference over the seeds both cells finished",
-                       "seeds_per_cell": seeds, "warning": few_seeds_warning(seeds)},
+                       "seeds_per_cell": seeds, "warning": stats.few_seeds_warning(seeds)},
         **summary,
         "runs": [{**r, "gains": {k: {n: v for n, v in g.items() if n != "differences"} for k, g in r["gains"].items()}}
                  if r.get("gains") else r for r in records],
@@ -155,19 +147,17 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
 
 
 def _num(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.3g}" if signed else f"{value:.3g}"
+    return number(value, "+.3g" if signed else ".3g")
 
 
-def _interval(stats: dict[str, Any], signed: bool = False) -> str:
-    if stats.get("low") is None:
-        return _num(stats.get("mean"), signed)
-    return f"{_num(stats['mean'], signed)} [{_num(stats['low'], signed)}, {_num(stats['high'], signed)}]"
+def _interval(values: dict[str, Any], signed: bool = False) -> str:
+    if values.get("low") is None:
+        return _num(values.get("mean"), signed)
+    return f"{_num(values['mean'], signed)} [{_num(values['low'], signed)}, {_num(values['high'], signed)}]"
 
 
-def tables(report: dict[str, Any]):
-    """(cells table, pairs table) as rich Tables."""
+def text(report: dict[str, Any]) -> str:
+    """sweep.txt: the cells table (ranked), the pairs table, how the key metric's interval was made, the notes."""
     key = report["key_metric"]
     # Beside a gain, the evaluated value itself (e.g. held-out exact match after training).
     heldout = [f"heldout/{key.removeprefix('gain/')}"] if key and key.startswith("gain/") else []
@@ -180,39 +170,31 @@ def tables(report: dict[str, Any]):
                   right=set(columns) - {"cell", "per seed"})
     signed = bool(key and key.startswith("gain/"))
     for rank, cell in enumerate(report["cells"], 1):
-        stats = cell["metrics"].get(key, {})
-        per_seed = ", ".join(f"{s}: {_num(v, signed)}" for s, v in (stats.get("per_seed") or {}).items())
-        cells.add_row(str(rank), cell["cell"], str(stats.get("n", 0)), _interval(stats, signed),
-                      _num(stats.get("std")), per_seed or "-",
+        key_stats = cell["metrics"].get(key, {})
+        per_seed = ", ".join(f"{s}: {_num(v, signed)}" for s, v in (key_stats.get("per_seed") or {}).items())
+        cells.add_row(str(rank), cell["cell"], str(key_stats.get("n", 0)), _interval(key_stats, signed),
+                      _num(key_stats.get("std")), per_seed or "-",
                       *(_interval(cell["metrics"].get(m, {})) for m in heldout),
-                      *({True: "yes", False: "no"}.get(stats.get("learns"), "-") for _ in learns))
+                      *({True: "yes", False: "no"}.get(key_stats.get("learns"), "-") for _ in learns))
     pairs = table(f"differences in {key} between cells (paired over common seeds)",
                   ("a", "b", "a - b [95%]", "seeds", "excludes 0"), right=("a - b [95%]", "seeds", "excludes 0"))
     for p in report["pairs"]:
         diff = {"mean": p["difference"], "low": p["low"], "high": p["high"]}
         pairs.add_row(p["a"], p["b"], _interval(diff, True), str(len(p["seeds"])),
                       "yes" if p["excludes_zero"] else ("-" if p["low"] is None else "no"))
-    return cells, pairs
-
-
-def text(report: dict[str, Any]) -> str:
-    cells, pairs = tables(report)
     warning = report["statistics"]["warning"]
-    key = report["key_metric"]
     methods = sorted({c["metrics"][key]["method"] for c in report["cells"] if c["metrics"].get(key, {}).get("method")})
     unfinished = [f"not finished: {r['run']} ({r['status']}); log: {r['log']}" for r in report["not_finished"]]
     return render_text([cells, *([pairs] if report["pairs"] else []), *(f"{key} interval: {m}." for m in methods),
                         *([f"Note: {warning}."] if warning else []), *unfinished])
 
 
-def write(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
-    """sweep.json, sweep.txt and sweep.png in the sweep's folder; returns the report."""
+def write(spec: SweepSpec, sweep_dir: Path) -> str:
+    """sweep.json, sweep.txt and sweep.png in the sweep's folder; returns sweep.txt's text."""
     from rlhf_recipes.tools.sweep.plot import plot
 
     report = build(spec, sweep_dir)
-    write_result(report, sweep_dir / f"{STEM}.json", text=text(report), text_path=sweep_dir / f"{STEM}.txt",
+    rendered = text(report)
+    write_result(report, sweep_dir / f"{STEM}.json", text=rendered, text_path=sweep_dir / f"{STEM}.txt",
                  draw=lambda path: plot(report, sweep_dir, path), figure_path=sweep_dir / f"{STEM}.png")
-    return report
-
-
-__all__ = ["build", "write", "text", "tables", "aggregate", "key_metric"]
+    return rendered

@@ -1,21 +1,7 @@
-"""What a sweep is: a recipe, a grid of settings, seeds; read from the command line or a wandb-style sweep file.
-
-    rlhf-recipes sweep recipes/dpo.yaml --profile tiny --grid beta=0.05,0.1 --seeds 3 --max_steps 20
-    rlhf-recipes sweep sweep.yaml               # wandb's grid sweep config, plus `recipe:` (and `profile:`)
-
-A sweep file is wandb's sweep configuration (method, metric, parameters), so an existing grid sweep runs here:
-
-    recipe: recipes/grpo.yaml        # ours; or a recipe named in wandb's `command`
-    profile: nano                    # ours, optional
-    method: grid                     # only grid: every combination, each with every seed
-    metric: {name: exact_match, goal: maximize}    # optional: the metric the report ranks
-    parameters:
-      learning_rate: {values: [1.0e-5, 2.0e-5]}
-      seed: {values: [0, 1, 2]}      # the seeds (or `seeds: 3` at the top level)
-      max_steps: {value: 200}        # a fixed value: an override of every run
-
-Every cell x seed is checked with the runner's own recipe validation (unknown keys with the close name, types,
-ranges) before anything runs. Loads no model and imports no torch.
+"""What a sweep is: a recipe, a grid of settings, seeds; read from the command line or a wandb-style sweep file
+(wandb's grid sweep configuration, `method`, `metric`, `parameters`, plus `recipe:` and `profile:`: docs/sweeps.md,
+"A wandb sweep file"). Every cell x seed is checked with the runner's own recipe validation (unknown keys with the
+close name, types, ranges) before anything runs. Loads no model and imports no torch.
 """
 
 from __future__ import annotations
@@ -154,7 +140,7 @@ def parse_seeds(count: int | None, first: int, where: str = "--seeds") -> list[i
 
 
 def from_file(path: str) -> SweepSpec:
-    """A wandb-style grid sweep file (module docstring)."""
+    """A wandb-style grid sweep file (docs/sweeps.md, "A wandb sweep file")."""
     data = read_yaml(path)
     for key in data:
         if key not in FILE_KEYS:
