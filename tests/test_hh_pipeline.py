@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import read_metrics
-from rlhf_recipes.tools.lab.kl import kl_best_of_n as best_of_n_kl
-from rlhf_recipes.tools.pipeline import PipelineOptions, run_pipeline, win_rate
 
+from rlhf_recipes.tools.lab.kl import kl_best_of_n as best_of_n_kl
+from rlhf_recipes.tools.pipeline import parse, run_pipeline, win_rate
 
 
 def test_win_rate_and_best_of_n_kl():
@@ -56,10 +55,9 @@ def test_the_sampled_kl_is_the_log_ratio_of_the_two_models_log_probs():
 def pipeline(tmp_path_factory):
     out = tmp_path_factory.mktemp("hh")
     # A larger learning rate than the recipes' so that 4 tiny steps move the policies measurably.
-    fast = ["--learning_rate", "1e-3"]
-    options = PipelineOptions(pipeline="hh", profile="tiny", out=out, in_process=True, best_of_n=4,
-                              extra={"ppo": fast, "grpo": fast, "dpo": fast})
-    return out, run_pipeline(options)
+    fast = [arg for stage in ("ppo", "grpo", "dpo") for arg in ("--stage-args", stage, "--learning_rate 1e-3")]
+    return out, run_pipeline(parse(["hh", "--profile", "tiny", "--out", str(out), "--in-process", "--best-of", "4",
+                                    *fast]))
 
 
 @pytest.mark.slow  # the whole tiny pipeline: a reward model, then PPO, GRPO and DPO (module-scoped, once)
@@ -119,8 +117,8 @@ def test_pipeline_table_has_every_method_and_the_reference(pipeline):
 def test_pipeline_keeps_finished_stages(pipeline, capsys):
     out, _ = pipeline
     before = {s: (out / s / "final_results.json").stat().st_mtime for s in ("hh_rm", "ppo", "grpo", "dpo")}
-    options = PipelineOptions(pipeline="hh", profile="tiny", out=out, in_process=True, best_of_n=1, eval_prompts=3)
-    results = run_pipeline(options)
+    results = run_pipeline(parse(["hh", "--profile", "tiny", "--out", str(out), "--in-process", "--best-of", "1",
+                                  "--eval-prompts", "3"]))
     assert {s: (out / s / "final_results.json").stat().st_mtime for s in before} == before  # nothing retrained
     assert [r["method"] for r in results["methods"]] == ["reference", "ppo", "grpo", "dpo"]
     assert results["evaluation"]["prompts"] == 3

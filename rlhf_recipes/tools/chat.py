@@ -125,14 +125,12 @@ def build_page(columns: list[Column], scorers: list, sampling: dict[str, Any]):
                     with gr.Row():
                         answers = [gr.Textbox(label=c.label, lines=10, max_lines=30, elem_id=f"answer-{i}",
                                               interactive=False) for i, c in enumerate(columns)]
-                    with gr.Accordion("Sampling", open=False):
-                        with gr.Row():
-                            temperature = gr.Slider(0.0, 2.0, value=sampling["temperature"], step=0.05,
-                                                    label="temperature (0: greedy)")
-                            top_p = gr.Slider(0.05, 1.0, value=sampling["top_p"], step=0.05, label="top_p")
-                            top_k = gr.Slider(0, 200, value=sampling["top_k"], step=1, label="top_k (0: off)")
-                            max_new = gr.Slider(1, 4096, value=sampling["max_new_tokens"], step=1,
-                                                label="max new tokens")
+                    with gr.Accordion("Sampling", open=False), gr.Row():
+                        temperature = gr.Slider(0.0, 2.0, value=sampling["temperature"], step=0.05,
+                                                label="temperature (0: greedy)")
+                        top_p = gr.Slider(0.05, 1.0, value=sampling["top_p"], step=0.05, label="top_p")
+                        top_k = gr.Slider(0, 200, value=sampling["top_k"], step=1, label="top_k (0: off)")
+                        max_new = gr.Slider(1, 4096, value=sampling["max_new_tokens"], step=1, label="max new tokens")
                     with gr.Accordion("Prompt as the model reads it", open=False):
                         rendered = gr.Textbox(show_label=False, lines=6, interactive=False, elem_id="rendered")
                     settings = [prompt, temperature, top_p, top_k, max_new]
@@ -141,7 +139,7 @@ def build_page(columns: list[Column], scorers: list, sampling: dict[str, Any]):
                         send.click(stream, settings, box)
                         prompt.submit(stream, settings, box)
                     lead = columns[0]  # whose prompt building the page shows (the reference asks the same)
-                    show = lambda text: lead.run.prompt_text(lead.tokenizer, text) if text else ""  # noqa: E731
+                    show = lambda text: lead.tokenizer.decode(lead.run.prompt_ids(lead.tokenizer, text)) if text else ""
                     send.click(show, prompt, rendered)
                     prompt.submit(show, prompt, rendered)
             if scorers:

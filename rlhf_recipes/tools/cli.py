@@ -50,7 +50,7 @@ COMMANDS: dict[str, Command] = {
     "plan": Command("rlhf_recipes.tools.planner.cli:main", "plan a recipe's GPU memory before launching it"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",
                         "held-out task accuracy of a run (any family), before / after with intervals"),
-    "pipeline": Command("rlhf_recipes.tools.pipeline_cli:main", "the two-phase HH-RLHF pipeline in one command"),
+    "pipeline": Command("rlhf_recipes.tools.pipeline:main", "the two-phase HH-RLHF pipeline in one command"),
     "sweep": Command("rlhf_recipes.tools.sweep.cli:main",
                      "a grid of settings x seeds, locally or as a SLURM array: intervals over seeds, one report"),
     "nano-book": Command("rlhf_recipes.tools.nano_book:main",

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Evaluate what a run produced on its task's held-out data, before and after, with intervals.
 
     rlhf-recipes evaluate outputs/grpo --baseline --k 8           # the run vs the model it started from
@@ -71,10 +70,6 @@ def check_model(model: Path) -> None:
     check_model_folder(text, "MODEL", tokenizer=False)
 
 
-def parse(argv: list[str]):
-    return make_parser().parse_known_args(argv)
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlhf-recipes evaluate", description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,7 +96,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, overrides = parse(sys.argv[1:] if argv is None else argv)
+    args, overrides = make_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     from rlhf_recipes.evaluation import EvalError, EvalOptions
     from rlhf_recipes.registry import evaluator_for
 

@@ -1,12 +1,17 @@
-"""The classic two-phase RLHF pipeline, end to end, with the methods side by side.
+"""The classic two-phase RLHF pipeline in one command: train a reward model, optimize policies against it
+(PPO, GRPO) and DPO on the same pairs, then evaluate them side by side on held-out prompts.
 
-    rlhf-recipes pipeline hh [--profile tiny] [--out outputs/hh]
+    rlhf-recipes pipeline hh                            # real models (GPU)
+    rlhf-recipes pipeline hh --profile tiny             # offline, CPU, a few minutes
+    rlhf-recipes pipeline hh --launcher "accelerate launch --config_file accelerate_configs/4gpu.yaml"
 
 Phase 1 trains a Bradley-Terry reward model (recipes/hh_rm.yaml). Phase 2 optimizes a policy
 against it with a KL penalty to the reference: PPO (recipes/hh_ppo.yaml, KL in the reward) and
 GRPO (recipes/hh_grpo.yaml, KL in the loss); DPO (recipes/hh_dpo.yaml) trains on the same
 pairs without a reward model. Every run uses the reward model's data split (shuffle seed,
 number of rows, held-out fraction), so the held-out prompts were seen by none of them.
+Finished stages are kept: running the command again only trains what is missing
+(--overwrite trains everything again).
 
 Then each trained policy, the reference policy (the common starting checkpoint) and
 best-of-n sampling from the reference are evaluated on the held-out prompts, one sampled
@@ -17,17 +22,21 @@ completion per prompt at temperature 1 (the distribution the KL is about):
             (an unbiased estimate); best-of-n: the analytic bound log n - (n - 1) / n
   win_rate  share of prompts whose completion the RM scores above the reference's
             completion for the same prompt (ties count 1/2)
-Writes <out>/pipeline_results.json, <out>/pipeline_table.txt and one plot, <out>/pipeline.png
-(training curves of each run, read with rlhf_recipes.tools.compare, and the final reward vs KL).
+Writes <out>/{hh_rm,ppo,grpo,dpo}/ (one run each), <out>/pipeline_results.json, <out>/pipeline_table.txt and
+one plot, <out>/pipeline.png (training curves of each run, read with rlhf_recipes.tools.compare, and the final
+reward vs KL).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
+import os
 import statistics
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,30 +68,31 @@ PIPELINES: dict[str, Pipeline] = {
 }
 
 
-@dataclass
-class PipelineOptions:
-    pipeline: str = "hh"
-    profile: str | None = None
-    out: Path | None = None
-    launcher: str | None = None  # e.g. "accelerate launch --config_file accelerate_configs/4gpu.yaml"
-    in_process: bool = False
-    overwrite: bool = False
-    evaluate_only: bool = False
-    eval_prompts: int | None = None
-    eval_batch_size: int = 8
-    eval_temperature: float = 1.0
-    eval_max_new_tokens: int | None = None
-    best_of_n: int = 4
-    seed: int = 1234
-    extra: dict[str, list[str]] = field(default_factory=dict)  # per stage (rm, ppo, ...) extra run.py args
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pipeline", choices=sorted(PIPELINES), help="which pipeline (hh: Anthropic HH-RLHF)")
+    parser.add_argument("--profile", choices=["tiny"], help="tiny: embedded model and data, CPU")
+    parser.add_argument("--out", type=Path, help="output folder (default outputs/<pipeline>[-tiny])")
+    parser.add_argument("--launcher", help="command that runs each stage instead of `python`, e.g. "
+                        "\"accelerate launch --config_file accelerate_configs/4gpu.yaml\"")
+    parser.add_argument("--in-process", action="store_true", help="train the stages in this process (no launcher)")
+    parser.add_argument("--overwrite", action="store_true", help="train every stage again, even finished ones")
+    parser.add_argument("--evaluate-only", action="store_true", help="only evaluate the finished runs in --out")
+    parser.add_argument("--eval-prompts", type=int, help="evaluate on the first N held-out prompts (default: all)")
+    parser.add_argument("--eval-batch-size", type=int, default=8)
+    parser.add_argument("--eval-temperature", type=float, default=1.0,
+                        help="sampling temperature of the evaluation (1.0: the KL is the policy's own)")
+    parser.add_argument("--eval-max-new-tokens", type=int, help="default: the policy recipe's max_completion_length")
+    parser.add_argument("--best-of", type=int, default=4, help="best-of-n baseline from the reference (1: none)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--stage-args", nargs=2, action="append", metavar=("STAGE", "ARGS"), default=[],
+                        help="extra run.py arguments for one stage (rm, ppo, grpo, dpo), e.g. "
+                        "--stage-args ppo '--learning_rate 1e-6'")
+    return parser.parse_args(argv)
 
 
 # --------------------------------------------------------------------------------------
 # Training stages
-
-
-def _profile_args(options: PipelineOptions) -> list[str]:
-    return ["--profile", options.profile] if options.profile else []
 
 
 def resolve(recipe: str, args: list[str]):
@@ -96,37 +106,37 @@ def rm_dir(pipeline: Pipeline, out: Path) -> Path:
     return out / Path(pipeline.reward_model).stem
 
 
-def stage_arguments(pipeline: Pipeline, options: PipelineOptions, out: Path) -> dict[str, list[str]]:
-    """run.py arguments of every stage (recipe first): the RM's data split, the RM as reward, output dirs."""
-    profile = _profile_args(options)
+def stage_arguments(pipeline: Pipeline, options: argparse.Namespace, out: Path) -> dict[str, list[str]]:
+    """run.py arguments of every stage (recipe first): the RM's data split, the RM as reward, output dirs, and
+    --stage-args."""
+    profile = ["--profile", options.profile] if options.profile else []
+    extra = lambda stage: [a for s, text in options.stage_args if s == stage for a in text.split()]
     rm_out = rm_dir(pipeline, out)
-    rm_recipe = resolve(pipeline.reward_model, [*profile, "--output_dir", str(rm_out)])
-    split: list[str] = []
-    for key in SPLIT_KEYS:
-        value = getattr(rm_recipe.args, key)
-        if value is not None:
-            split += [f"--{key}", str(value)]
-    stages = {"rm": [str(recipe_path(pipeline.reward_model)), *profile, "--output_dir", str(rm_out),
-                     *options.extra.get("rm", [])]}
+    rm_args = [*profile, "--output_dir", str(rm_out)]
+    split_values = {key: getattr(resolve(pipeline.reward_model, rm_args).args, key) for key in SPLIT_KEYS}
+    split = [arg for key, value in split_values.items() if value is not None for arg in (f"--{key}", str(value))]
+    stages = {"rm": [str(recipe_path(pipeline.reward_model)), *rm_args, *extra("rm")]}
     for method, recipe in pipeline.policies.items():
         args = [str(recipe_path(recipe)), *profile, "--output_dir", str(out / method), *split]
         if method in pipeline.uses_reward_model:
             args += ["--reward_funcs", f"[rm:{rm_out}]", "--reward_weights", "[1.0]"]
-        stages[method] = args + options.extra.get(method, [])
+        stages[method] = args + extra(method)
     return stages
 
 
-def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]) -> str:
-    """Every policy must start from the same checkpoint: it is the reference all are compared with."""
-    models = {method: resolve(Path(stages[method][0]).name, stages[method][1:]).model.model_name_or_path
-              for method in pipeline.policies}
+def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]):
+    """(the reference, the first policy's recipe): every policy must start from the same checkpoint, the reference
+    all are compared with."""
+    recipes = {method: resolve(Path(stages[method][0]).name, stages[method][1:]) for method in pipeline.policies}
+    models = {method: recipe.model.model_name_or_path for method, recipe in recipes.items()}
     if len(set(models.values())) != 1:
         raise ValueError(f"the policies start from different checkpoints {models}: the comparison needs one "
                          "reference policy; set the same model_name_or_path in every policy recipe")
-    return next(iter(models.values()))
+    return next(iter(models.values())), next(iter(recipes.values()))
 
 
-def train_stages(stages: dict[str, list[str]], folders: dict[str, Path], options: PipelineOptions) -> dict[str, float]:
+def train_stages(stages: dict[str, list[str]], folders: dict[str, Path],
+                 options: argparse.Namespace) -> dict[str, float]:
     """The pipeline's plan: the reward model, then the policies (PPO / GRPO read it), on the lab's executor one at a
     time (rlhf_recipes/tools/lab/executor.py), as every multi-run tool: an interrupted stage resumes from its
     checkpoint, a finished one is kept (one with other settings is refused: --overwrite), logs in <stage>.log.
@@ -145,7 +155,7 @@ def train_stages(stages: dict[str, list[str]], folders: dict[str, Path], options
     return {o.job.name: o.wall_s for o in outcomes}
 
 
-def _train_in_process(name: str, argv: list[str], out: Path, options: PipelineOptions) -> float:
+def _train_in_process(name: str, argv: list[str], out: Path, options: argparse.Namespace) -> float:
     if run_finished(out) and not options.overwrite:
         logger.info("pipeline: %s already finished in %s (use --overwrite to train it again)", name, out)
         return 0.0
@@ -163,18 +173,6 @@ def _train_in_process(name: str, argv: list[str], out: Path, options: PipelineOp
 # Evaluation
 
 
-def sample(model, tokenizer, prompts: list[Any], chat_template_kwargs: dict | None, max_new_tokens: int,
-           temperature: float, batch_size: int, seed: int) -> list[list[int]]:
-    """One completion per prompt (token ids up to and including the end token): sampled at `temperature` from the
-    whole distribution (no top-k / top-p / min-p cut), greedy at 0."""
-    from rlhf_recipes.generation import generate
-
-    sampling = {"temperature": temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0} if temperature > 0 else {}
-    groups = generate(model, tokenizer, prompts, n=1, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                      chat_template_kwargs=chat_template_kwargs, desc="HH samples", seed=seed, **sampling)
-    return [group[0]["ids"] for group in groups]
-
-
 def win_rate(scores: list[float], reference: list[float]) -> float:
     wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in zip(scores, reference))
     return wins / max(len(scores), 1)
@@ -186,10 +184,11 @@ def _stderr(values: list[float]) -> float:
 
 def evaluate_policies(
     runs: dict[str, Path], reference_path: str, rm_path: Path, prompts: list[Any], tokenizer,
-    chat_template_kwargs: dict | None, max_new_tokens: int, options: PipelineOptions,
+    chat_template_kwargs: dict | None, max_new_tokens: int, options: argparse.Namespace,
 ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """Table rows (reference, each run, best-of-n) and a few sample completions per method."""
     from rewards.reward_model import reward_model_reward
+    from rlhf_recipes.generation import generate
     from rlhf_recipes.generation import prompt_ids as render
     from rlhf_recipes.models import resolve_model_path
     from rlhf_recipes.tools.lab.kl import kl_best_of_n, sampled_kl
@@ -197,48 +196,46 @@ def evaluate_policies(
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
     prompt_ids = render(tokenizer, prompts, chat_template_kwargs)
-    texts = lambda ids: [tokenizer.decode(c, skip_special_tokens=True) for c in ids]  # noqa: E731
-    as_messages = lambda strings: [[{"role": "assistant", "content": s}] for s in strings]  # noqa: E731
+    rows: list[dict[str, Any]] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
+
+    temperature = options.eval_temperature
+    sampling = {"temperature": temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0} if temperature > 0 else {}
+
+    def draw(model, seed: int) -> tuple[list[list[int]], list[str], list[float]]:
+        """One completion per prompt, sampled at the temperature from the whole distribution (no top-k / top-p /
+        min-p cut), greedy at 0: (token ids up to and including the end token, their texts, their RM scores)."""
+        ids = [group[0]["ids"] for group in generate(
+            model, tokenizer, prompts, n=1, batch_size=options.eval_batch_size, max_new_tokens=max_new_tokens,
+            chat_template_kwargs=chat_template_kwargs, desc="HH samples", seed=seed, **sampling)]
+        texts = [tokenizer.decode(c, skip_special_tokens=True) for c in ids]
+        return ids, texts, rm(completions=[[{"role": "assistant", "content": t}] for t in texts], prompts=prompts)
+
+    def add(method: str, run: str, ids, texts, scores, kl: float, kl_per_token: float | None, **note) -> None:
+        rows.append({"method": method, "run": run, "mean_reward": _mean(scores), "reward_stderr": _stderr(scores),
+                     "kl": kl, "kl_per_token": kl_per_token,
+                     "win_rate": win_rate(scores, ref_scores) if rows else 0.5,  # the reference's: by definition
+                     "mean_length": _mean([len(c) for c in ids]), **note})
+        samples[method] = _samples(prompts, texts, scores)
 
     reference = load_policy(resolve_model_path(reference_path))
-    draw = lambda model, seed: sample(model, tokenizer, prompts, chat_template_kwargs, max_new_tokens,  # noqa: E731
-                                      options.eval_temperature, options.eval_batch_size, seed)
-    ref_ids = draw(reference, options.seed)
-    ref_texts = texts(ref_ids)
-    ref_scores = rm(completions=as_messages(ref_texts), prompts=prompts)
-    rows = [{"method": "reference", "run": str(reference_path), "mean_reward": _mean(ref_scores),
-             "reward_stderr": _stderr(ref_scores), "kl": 0.0, "kl_per_token": 0.0, "win_rate": 0.5,
-             "mean_length": _mean([len(c) for c in ref_ids])}]
-    samples = {"reference": _samples(prompts, ref_texts, ref_scores)}
-
+    ref_ids, ref_texts, ref_scores = draw(reference, options.seed)
+    add("reference", str(reference_path), ref_ids, ref_texts, ref_scores, 0.0, 0.0)
     for method, run in runs.items():
         policy = load_policy(run)
-        ids = draw(policy, options.seed + 1)
+        ids, texts, scores = draw(policy, options.seed + 1)
         # the sum of log pi - log ref at the sampled tokens, at temperature 1 (the table's KL, as documented)
         _, kl = sampled_kl(policy, reference, prompt_ids, ids, tokenizer.pad_token_id,
                            batch_size=options.eval_batch_size, exact=False)
         del policy
-        tokens = sum(len(c) for c in ids)
-        completion_texts = texts(ids)
-        scores = rm(completions=as_messages(completion_texts), prompts=prompts)
-        rows.append({"method": method, "run": str(run), "mean_reward": _mean(scores),
-                     "reward_stderr": _stderr(scores), "kl": _mean(kl), "kl_per_token": sum(kl) / max(tokens, 1),
-                     "win_rate": win_rate(scores, ref_scores), "mean_length": _mean([len(c) for c in ids])})
-        samples[method] = _samples(prompts, completion_texts, scores)
-
-    if options.best_of_n > 1:
-        n = options.best_of_n
-        candidates = [draw(reference, options.seed + 100 + k) for k in range(n)]
-        candidate_scores = [rm(completions=as_messages(texts(c)), prompts=prompts) for c in candidates]
-        best = [max(range(n), key=lambda k: candidate_scores[k][i]) for i in range(len(prompts))]
-        scores = [candidate_scores[k][i] for i, k in enumerate(best)]
-        best_ids = [candidates[k][i] for i, k in enumerate(best)]
-        name = f"best_of_{n}"
-        rows.append({"method": name, "run": f"{n} samples of the reference, the RM picks one",
-                     "mean_reward": _mean(scores), "reward_stderr": _stderr(scores), "kl": kl_best_of_n(n),
-                     "kl_per_token": None, "win_rate": win_rate(scores, ref_scores),
-                     "mean_length": _mean([len(c) for c in best_ids]), "kl_note": "analytic bound log n - (n-1)/n"})
-        samples[name] = _samples(prompts, texts(best_ids), scores)
+        add(method, str(run), ids, texts, scores, _mean(kl), sum(kl) / max(sum(len(c) for c in ids), 1))
+    if options.best_of > 1:
+        n = options.best_of
+        drawn = [draw(reference, options.seed + 100 + k) for k in range(n)]
+        picks = [max(drawn, key=lambda d: d[2][i]) for i in range(len(prompts))]  # per prompt, the RM's best draw
+        ids, texts, scores = ([pick[part][i] for i, pick in enumerate(picks)] for part in range(3))
+        add(f"best_of_{n}", f"{n} samples of the reference, the RM picks one", ids, texts, scores, kl_best_of_n(n),
+            None, kl_note="analytic bound log n - (n-1)/n")
     return rows, samples
 
 
@@ -285,20 +282,16 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
     from rlhf_recipes.tools.compare.load import load_run
 
     loaded = {m: load_run(p, m) for m, p in runs.items() if has_metrics(p)}
-    colors = {m: plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10] for i, m in enumerate(
-        [r["method"] for r in rows])}
+    colors = {r["method"]: f"C{i % 10}" for i, r in enumerate(rows)}  # the colour cycle's i-th
     pairs = tuple(m for m in runs if m not in rm_methods)  # trained on the RM's pairs, without it
     panels = [("RM reward during training", [f"rewards/{rm_reward}/mean", "reward"], rm_methods),
               ("KL to the reference during training", ["kl"], rm_methods),
               (f"{_names(pairs)} during training", ["rewards/accuracies"], pairs)]
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
     for ax, (panel_title, metrics, methods) in zip(axes, panels):
-        for method in methods:
-            run = loaded.get(method)
-            if run is None:
-                continue
-            for metric in metrics:
-                steps, values = run.series(metric)
+        for method in (m for m in methods if m in loaded):
+            for metric in metrics:  # the first one the run logged
+                steps, values = loaded[method].series(metric)
                 if len(steps):
                     ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, color=colors.get(method),
                             label=f"{method}: {metric}")
@@ -326,46 +319,40 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
 # The whole pipeline
 
 
-def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
+def run_pipeline(options: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline as `parse` reads its command line."""
     from rewards.reward_model import reward_name
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.models import load_tokenizer
 
-    if options.pipeline not in PIPELINES:
-        raise ValueError(f"unknown pipeline `{options.pipeline}`; available: {', '.join(PIPELINES)}")
     pipeline = PIPELINES[options.pipeline]
     out = Path(options.out or (Path("outputs") / (f"{pipeline.name}-{options.profile}" if options.profile
                                                    else pipeline.name)))
     out.mkdir(parents=True, exist_ok=True)
     stages = stage_arguments(pipeline, options, out)
-    reference_path = check_same_reference(pipeline, stages)
+    reference_path, recipe = check_same_reference(pipeline, stages)
 
     rm_out = rm_dir(pipeline, out)
     runs = {m: out / m for m in pipeline.policies}
-    walls: dict[str, float] = {}
-    if not options.evaluate_only:
-        walls = train_stages(stages, {name: rm_out if name == "rm" else runs[name] for name in stages}, options)
+    walls = {} if options.evaluate_only else train_stages(
+        stages, {name: rm_out if name == "rm" else runs[name] for name in stages}, options)
     missing = [str(p) for p in [rm_out, *runs.values()] if not run_finished(p)]
     if missing:
         raise RuntimeError(f"pipeline: no finished run in {missing}; train them first (without --evaluate-only)")
 
     # Held-out prompts: the eval split of the first policy recipe (= the RM's held-out pairs' prompts).
-    first = next(iter(pipeline.policies))
-    recipe = resolve(Path(stages[first][0]).name, stages[first][1:])
     _, held_out = load_splits(recipe)
     if held_out is None:
         raise ValueError("pipeline: the recipes hold no rows out (eval_fraction 0): nothing to evaluate on")
-    prompts = list(held_out["prompt"])[: options.eval_prompts] if options.eval_prompts else list(held_out["prompt"])
+    prompts = list(held_out["prompt"])[:options.eval_prompts or None]
     tokenizer = load_tokenizer(recipe.model)
     max_new = options.eval_max_new_tokens or recipe.training.max_completion_length
     rows, samples = evaluate_policies(runs, reference_path, rm_out, prompts, tokenizer,
                                       recipe.training.chat_template_kwargs, max_new, options)
     for row in rows:
-        run = runs.get(row["method"])
-        if run is not None:
-            final = read_results(run)
-            row["steps"] = final.get("steps")
-            row["train_wall_seconds"] = final.get("wall_seconds")
+        if row["method"] in runs:
+            final = read_results(runs[row["method"]])
+            row.update(steps=final.get("steps"), train_wall_seconds=final.get("wall_seconds"))
 
     rm_final = read_results(rm_out)
     header = (f"{pipeline.description}\nreward model: {rm_out} (held-out pairwise accuracy "
@@ -376,7 +363,7 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
         "pipeline": pipeline.name, "profile": options.profile, "out": str(out), "reference": reference_path,
         "reward_model": {"path": str(rm_out), "evaluation": rm_final.get("evaluation")},
         "evaluation": {"prompts": len(prompts), "temperature": options.eval_temperature, "max_new_tokens": max_new,
-                       "seed": options.seed, "best_of_n": options.best_of_n},
+                       "seed": options.seed, "best_of_n": options.best_of},
         "methods": rows, "samples": samples, "train_wall_seconds": walls,
         "runs": {"rm": str(rm_out), **{m: str(p) for m, p in runs.items()}},
     }
@@ -387,3 +374,17 @@ def run_pipeline(options: PipelineOptions) -> dict[str, Any]:
                  figure_path=out / "pipeline.png")
     print(table)
     return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        run_pipeline(parse(argv))
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "INFO"), format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(main())

@@ -47,10 +47,6 @@ class TrainedModel:
 
         return resolve_model_path(self.recipe.value("model_name_or_path"))
 
-    @property
-    def chat_template_kwargs(self) -> dict[str, Any]:
-        return dict(self.recipe.value("chat_template_kwargs") or {})
-
     # --- Loading -----------------------------------------------------------------------------
     def load_tokenizer(self):
         """The run's saved tokenizer: the chat template it trained with (SFT's `chat_template_from` included)."""
@@ -87,11 +83,8 @@ class TrainedModel:
         from rlhf_recipes.data.sources import chat_prompt
         from rlhf_recipes.generation import prompt_ids
 
-        return prompt_ids(tokenizer, [chat_prompt(self.recipe, user_text)], self.chat_template_kwargs)[0]
-
-    def prompt_text(self, tokenizer, user_text: str) -> str:
-        """What the model reads for `user_text` (the chat template rendered), for showing."""
-        return tokenizer.decode(self.prompt_ids(tokenizer, user_text))
+        kwargs = dict(self.recipe.value("chat_template_kwargs") or {})
+        return prompt_ids(tokenizer, [chat_prompt(self.recipe, user_text)], kwargs)[0]
 
 
 def open_trained_model(path: str | Path, checkpoint: str | None = None, *, require_finished: bool = True,

@@ -1,11 +1,6 @@
-"""The one writer of a tool's result: a result document -> its JSON, its tables as text, its figure.
-
-Every tool that reports numbers (sweep, nano-book, nano-figures, overoptimization, the HH pipeline, compare,
-evaluate, results, runs, plan) ends the same way: a plain document of numbers (`json_safe`: NaN and infinities as
-null), tables (`table`: rich; `plain_table`: text that a file and a terminal agree on; `number`: a cell), and a
-matplotlib figure (`save_figure`; curves smoothed by `running_mean`, seeds drawn as `seed_band`).
-The files are written atomically (rlhf_recipes/disk.py): reports are rewritten while runs finish, as people and
-scripts read them.
+"""The one writer of every tool's result: a document of numbers -> its JSON (NaN and infinities as null), its tables
+as text, its matplotlib figure. The files are written atomically (rlhf_recipes/disk.py): reports are rewritten while
+runs finish, as people and scripts read them.
 """
 
 from __future__ import annotations

@@ -114,10 +114,6 @@ def evaluate_args(job: Job) -> list[str]:
     return [str(job.folder), "--baseline", "--output", str(job.eval_output), *(job.evaluate or ())]
 
 
-def evaluate_command(job: Job) -> list[str]:
-    return [sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", *evaluate_args(job)]
-
-
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -201,7 +197,8 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
         return Outcome(job, "finished", did, time.perf_counter() - begin)
     if stopping():
         return Outcome(job, "interrupted", did, time.perf_counter() - begin, "stopped before its evaluation")
-    code = _run_logged(evaluate_command(job), job.log, env, started)
+    code = _run_logged([sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", *evaluate_args(job)], job.log,
+                       env, started)
     return _evaluated(job, did, code, begin, stopped=stopping())
 
 

@@ -7,12 +7,6 @@ from pathlib import Path
 from typing import Any
 
 
-def default_device():
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def load_policy(path: str | Path, dtype: Any = None, device: Any = "default"):
     """`dtype`: a torch dtype, a name ('float32', 'auto'), or None (bf16 on a GPU, fp32 on a CPU). `device`:
     'default' (the GPU if there is one), a device, or None (where from_pretrained put it)."""
@@ -31,5 +25,5 @@ def load_policy(path: str | Path, dtype: Any = None, device: Any = "default"):
     else:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     if device is not None:
-        model = model.to(default_device() if device == "default" else device)
+        model = model.to(("cuda" if torch.cuda.is_available() else "cpu") if device == "default" else device)
     return model.eval().requires_grad_(False)

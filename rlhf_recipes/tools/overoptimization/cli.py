@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.tools.overoptimization.plan import (
-    PROFILES, Profile, direct_folder, direct_name, phases, proxy_folder, rl_folder,
+    PROFILES, Profile, Proxy, direct_folder, direct_name, phases, proxy_folder, rl_folder,
 )
 
 RESULT = "overoptimization"
@@ -66,10 +66,6 @@ def _worker(threads: int) -> None:
     quiet_known_noise()
 
 
-def _relative(path: Path, out: Path) -> str:
-    return os.path.relpath(path, out)
-
-
 def train(profile: Profile, out: Path, workers: int) -> tuple[int, list]:
     """Both phases on the lab's executor, the base built first: (exit code, the outcomes)."""
     from rlhf_recipes.models import resolve_model_path
@@ -87,6 +83,17 @@ def train(profile: Profile, out: Path, workers: int) -> tuple[int, list]:
                     prepare=lambda: resolve_model_path(profile.name), on_finish=record)
 
 
+def curves(profile: Profile, out: Path) -> list[tuple[str, str, Path, Proxy | None, dict[str, Any]]]:
+    """Every RL and direct-alignment run: (its section of the document, its name, its folder, the proxy it trained
+    against (None: none), the labels of its rows)."""
+    rl = [("rl", p.name, rl_folder(out, p), p, {"proxy_name": p.name, "run": os.path.relpath(rl_folder(out, p), out)})
+          for p in profile.proxies]
+    return rl + [("direct_alignment", direct_name(a, b), direct_folder(out, a, b), None,
+                  {"run": direct_name(a, b), "algorithm": a, "beta": b,
+                   "folder": os.path.relpath(direct_folder(out, a, b), out)})
+                 for a, betas in profile.direct for b in betas]
+
+
 def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[Path]) -> tuple[dict, dict]:
     """(the base's samples, {run folder: its measurement}), W measurements at a time in their own processes."""
     import multiprocessing
@@ -94,22 +101,20 @@ def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[
     from rlhf_recipes.tools.overoptimization.measure import measure_base, measure_run
 
     proxies = {p.name: str(proxy_folder(out, p)) for p in profile.proxies if proxy_folder(out, p) in finished}
-    runs = [(rl_folder(out, p), str(proxy_folder(out, p))) for p in profile.proxies]
-    runs += [(direct_folder(out, a, b), None) for a, betas in profile.direct for b in betas]
-    common = dict(profile=profile.name, base=base, problems=profile.problems, seed=profile.seed)
+    common = {"profile": profile.name, "base": base, "problems": profile.problems, "seed": profile.seed}
     threads = max(1, (os.cpu_count() or 1) // workers)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker,
                              initargs=(threads,)) as pool:
         base_future = pool.submit(measure_base, out / "measurements" / "base.json", proxies=proxies,
                                   samples=profile.best_of_n_samples, **common)
         futures = {run: pool.submit(measure_run, out / "measurements" / f"{run.parent.name}-{run.name}.json", run,
-                                    proxy_path=proxy, samples=profile.samples, **common)
-                   for run, proxy in runs if run in finished}
+                                    proxy_path=proxy and str(proxy_folder(out, proxy)), samples=profile.samples,
+                                    **common) for _, _, run, proxy, _ in curves(profile, out) if run in finished}
         return base_future.result(), {run: f.result() for run, f in futures.items()}
 
 
 def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict], wall_s: float) -> dict[str, Any]:
-    from rlhf_recipes.tools.overoptimization.rows import (best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn)
+    from rlhf_recipes.tools.overoptimization.rows import best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn
 
     walls = json.loads((out / "walls.json").read_text()) if (out / "walls.json").exists() else {}
     proxies = [p for p in profile.proxies if p.name in base["proxy"]]
@@ -125,26 +130,16 @@ def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict]
                      "best_of_n_samples": profile.best_of_n_samples, "samples_per_checkpoint": profile.samples,
                      "seed": profile.seed},
         "proxies": [{"name": p.name, "label": p.label, "recipe": f"recipes/{p.algorithm}.yaml",
-                     "overrides": list(p.overrides), "run": _relative(proxy_folder(out, p), out),
+                     "overrides": list(p.overrides), "run": os.path.relpath(proxy_folder(out, p), out),
                      "pairwise_accuracy": proxy_accuracy(base, p.name)} for p in proxies],
         "best_of_n": [row for p in proxies for row in best_of_n_rows(base, p.name, profile.ns)],
         "rl": [], "direct_alignment": [], "turns": {"rl": {}, "direct_alignment": {}},
     }
-    for p in proxies:
-        run = rl_folder(out, p)
-        if run in measured:
-            rows = trajectory_rows(base, measured[run], p.name, proxy_name=p.name, run=_relative(run, out))
-            doc["rl"] += rows
-            doc["turns"]["rl"][p.name] = turn(base, measured[run], rows)
-    for algorithm, betas in profile.direct:
-        for beta in betas:
-            run = direct_folder(out, algorithm, beta)
-            if run in measured:
-                name = direct_name(algorithm, beta)
-                rows = trajectory_rows(base, measured[run], None, run=name, algorithm=algorithm, beta=beta,
-                                       folder=_relative(run, out))
-                doc["direct_alignment"] += rows
-                doc["turns"]["direct_alignment"][name] = turn(base, measured[run], rows)
+    for section, name, run, proxy, labels in curves(profile, out):
+        if run in measured and (proxy is None or proxy in proxies):
+            rows = trajectory_rows(base, measured[run], proxy and proxy.name, **labels)
+            doc[section] += rows
+            doc["turns"][section][name] = turn(base, measured[run], rows)
     doc["fits"] = {"best_of_n": fits(doc["best_of_n"], "proxy_name", "best_of_n"),
                    "rl": fits(doc["rl"], "proxy_name", "rl"),
                    "direct_alignment": fits(doc["direct_alignment"], "run", "rl")}
@@ -171,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     finished = {o.job.folder for o in outcomes if o.status == "finished" and run_finished(o.job.folder)}
     base_samples, measured = measure(profile, args.out, base, workers, finished)
     doc = document(profile, args.out, base_samples, measured, time.perf_counter() - begin)
-    doc["failed"] = [{"run": o.job.name, "log": _relative(o.job.log, args.out)} for o in failed]
+    doc["failed"] = [{"run": o.job.name, "log": os.path.relpath(o.job.log, args.out)} for o in failed]
     text = render_text([*tables(doc), f"wall time {doc['wall_s'] / 60:.1f} min ({workers} workers)"], width=170)
     print(text, end="")
     print(wrote(write_result(doc, args.out / f"{RESULT}.json", text=text, text_path=args.out / f"{RESULT}.txt",

@@ -1,10 +1,6 @@
-"""The pure math of the over-optimization measurement (Gao, Schulman & Hilton 2022), each piece a small function.
-
-(The KL and best-of-n pieces it uses, shared with the HH pipeline, are in rlhf_recipes/tools/lab/kl.py.)
-
-  pairwise_accuracy(s, g)  how often a proxy orders two samples of one prompt as the gold scorer does;
-  fit_best_of_n / fit_rl   Gao et al.'s functional forms, gold(d) - gold(0) = d (alpha - beta d) for best-of-n and
-                           d (alpha - beta log d) for RL, d = sqrt(KL), fitted by scipy.optimize.curve_fit.
+"""The pure math of the over-optimization measurement (Gao, Schulman & Hilton 2022): a proxy's pairwise accuracy
+against the gold ordering, and Gao et al.'s forms of gold(d) - gold(0), d = sqrt(KL), fitted by scipy's curve_fit
+(`fit_best_of_n`, `fit_rl`). The KL and best-of-n pieces, shared with the HH pipeline, are in lab/kl.py.
 """
 
 from __future__ import annotations
@@ -66,7 +62,7 @@ def fit(form: Callable, peak: Callable[[float, float], float], d: Sequence[float
         return None
     if not np.any(y != y[0]):  # a gold score that never moved: nothing to fit (curve_fit returns round-off)
         return {"alpha": 0.0, "beta": 0.0, "alpha_se": math.nan, "beta_se": math.nan, "r2": math.nan, "rmse": 0.0,
-                "points": int(len(x)), "peak_d": math.inf, "peak_kl": math.inf, "peak_gain": None,
+                "points": len(x), "peak_d": math.inf, "peak_kl": math.inf, "peak_gain": None,
                 "peak_in_range": False, "flat": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)  # a flat curve has no covariance: reported as nan
@@ -77,7 +73,7 @@ def fit(form: Callable, peak: Callable[[float, float], float], d: Sequence[float
     d_peak = peak(float(alpha), float(beta))
     return {"alpha": float(alpha), "beta": float(beta), "alpha_se": float(errors[0]), "beta_se": float(errors[1]),
             "r2": 1 - float((residual ** 2).sum()) / total if total > 0 else math.nan,
-            "rmse": float(np.sqrt((residual ** 2).mean())), "points": int(len(x)),
+            "rmse": float(np.sqrt((residual ** 2).mean())), "points": len(x),
             "peak_d": d_peak, "peak_kl": d_peak ** 2,
             "peak_gain": float(form(d_peak, alpha, beta)) if math.isfinite(d_peak) else None,
             "peak_in_range": bool(math.isfinite(d_peak) and d_peak <= x.max())}

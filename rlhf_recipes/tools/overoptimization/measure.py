@@ -19,6 +19,7 @@ Each measurement is a file, so an interrupted command reuses what it measured.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -87,11 +88,8 @@ def kl(policy, base, tokenizer, rows, groups, kwargs, temperature: float) -> tup
 
 
 def _regroup(flat: list[float], groups) -> list[list[float]]:
-    out, i = [], 0
-    for group in groups:
-        out.append(flat[i:i + len(group)])
-        i += len(group)
-    return out
+    ends = list(itertools.accumulate(len(g) for g in groups))
+    return [flat[end - len(g):end] for g, end in zip(groups, ends)]
 
 
 def _write(path: Path, value: dict[str, Any]) -> dict[str, Any]:

@@ -37,11 +37,8 @@ class Profile:
 
     @property
     def ns(self) -> list[int]:
-        out, n = [], 1
-        while n <= self.best_of_n_samples:
-            out.append(n)
-            n *= 2
-        return out
+        """1, 2, 4, ... up to best_of_n_samples."""
+        return [2 ** i for i in range(self.best_of_n_samples.bit_length())]
 
 
 PROFILES = {
@@ -87,39 +84,21 @@ def direct_folder(out: Path, algorithm: str, beta: float) -> Path:
     return out / "direct_alignment" / direct_name(algorithm, beta)
 
 
-def _recipe(algorithm: str) -> str:
-    from rlhf_recipes.paths import recipe_path
-
-    return str(recipe_path(algorithm))
-
-
-def proxy_jobs(profile: Profile, out: Path) -> list:
-    from rlhf_recipes.tools.lab.executor import Job
-
-    return [Job(f"proxy/{p.name}", proxy_folder(out, p), (_recipe(p.algorithm), "--profile", profile.name,
-                                                           *p.overrides)) for p in profile.proxies]
-
-
-def rl_jobs(profile: Profile, out: Path) -> list:
-    """GRPO against each proxy alone: `reward_funcs: [rm:<proxy>]`, weight 1."""
-    from rlhf_recipes.tools.lab.executor import Job
-
-    return [Job(f"rl/{p.name}", rl_folder(out, p),
-                (_recipe(profile.rl_algorithm), "--profile", profile.name, "--reward_funcs",
-                 f"rm:{proxy_folder(out, p)}", "--reward_weights", "1.0", *profile.rl)) for p in profile.proxies]
-
-
-def direct_jobs(profile: Profile, out: Path) -> list:
-    from rlhf_recipes.tools.lab.executor import Job
-
-    return [Job(f"direct/{direct_name(a, b)}", direct_folder(out, a, b),
-                (_recipe(a), "--profile", profile.name, "--beta", f"{b:g}", *profile.direct_overrides))
-            for a, betas in profile.direct for b in betas]
-
-
 def phases(profile: Profile, out: Path, workers: int) -> tuple[list, list]:
     """(first, second): the proxies must finish before the RL runs that read them start. The direct-alignment runs
     need no proxy; enough of them go with the RL runs to keep every worker busy there, the rest with the proxies."""
-    rl, direct = rl_jobs(profile, out), direct_jobs(profile, out)
+    from rlhf_recipes.paths import recipe_path
+    from rlhf_recipes.tools.lab.executor import Job
+
+    def run(algorithm: str, *overrides: str) -> tuple[str, ...]:
+        return (str(recipe_path(algorithm)), "--profile", profile.name, *overrides)
+
+    proxies = [Job(f"proxy/{p.name}", proxy_folder(out, p), run(p.algorithm, *p.overrides)) for p in profile.proxies]
+    # GRPO against each proxy alone: `reward_funcs: [rm:<proxy>]`, weight 1
+    rl = [Job(f"rl/{p.name}", rl_folder(out, p), run(profile.rl_algorithm, "--reward_funcs",
+                                                      f"rm:{proxy_folder(out, p)}", "--reward_weights", "1.0",
+                                                      *profile.rl)) for p in profile.proxies]
+    direct = [Job(f"direct/{direct_name(a, b)}", direct_folder(out, a, b),
+                  run(a, "--beta", f"{b:g}", *profile.direct_overrides)) for a, betas in profile.direct for b in betas]
     fill = min(len(direct), (-len(rl)) % workers)
-    return proxy_jobs(profile, out) + direct[:len(direct) - fill], rl + direct[len(direct) - fill:]
+    return proxies + direct[:len(direct) - fill], rl + direct[len(direct) - fill:]

@@ -95,11 +95,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         _curve(rl, r, "gold", color, f"{name} (fit dashed)")
         _fit_line(rl, r, doc["fits"]["rl"].get(name), gold_rl, color)
         if b:
-            proxy.plot([x["d"] for x in b], [x["proxy_z"] for x in b], ":", marker="s", markersize=3, color=color,
-                       label=f"{name}, best-of-n")
+            _curve(proxy, b, "proxy_z", color, f"{name}, best-of-n", marker="s", style=":")
         if r and "proxy_z" in r[-1]:
-            proxy.plot([x["d"] for x in r], [x["proxy_z"] for x in r], "-", marker="o", markersize=3, color=color,
-                       label=f"{name}, RL")
+            _curve(proxy, r, "proxy_z", color, f"{name}, RL")
     for i, name in enumerate(dict.fromkeys(x["run"] for x in doc["direct_alignment"])):
         color, rows = colors[i % len(colors)], [x for x in doc["direct_alignment"] if x["run"] == name]
         _curve(direct, rows, "gold", color, name, marker="o" if name.startswith("dpo") else "^",

@@ -30,12 +30,14 @@ def over_problems(values: list[float]) -> dict[str, Any]:
     return {"mean": s["mean"], "low": s["low"], "high": s["high"], "problems": s["n"]}
 
 
-def _flat(prefix: str, summary: dict[str, Any]) -> dict[str, Any]:
-    return {prefix: summary["mean"], f"{prefix}_low": summary["low"], f"{prefix}_high": summary["high"]}
-
-
 def _per_problem_mean(groups: list[list[float]]) -> list[float]:
     return [float(np.mean(g)) for g in groups]
+
+
+def _cells(prefix: str, per_problem: list[float]) -> dict[str, Any]:
+    """{prefix, prefix_low, prefix_high}: the mean over problems and its 95% t interval."""
+    summary = over_problems(per_problem)
+    return {prefix: summary["mean"], f"{prefix}_low": summary["low"], f"{prefix}_high": summary["high"]}
 
 
 def proxy_scale(base: dict[str, Any], proxy: str) -> tuple[float, float]:
@@ -43,6 +45,13 @@ def proxy_scale(base: dict[str, Any], proxy: str) -> tuple[float, float]:
     logit, an ORM's probability), so the figure draws each proxy in standard deviations of its base scores."""
     flat = np.asarray([v for g in base["proxy"][proxy] for v in g], dtype=float)
     return float(flat.mean()), float(flat.std()) or 1.0
+
+
+def _proxy_cells(base: dict[str, Any], proxy: str, per_problem: list[float]) -> dict[str, Any]:
+    """The proxy's cells, and `proxy_z`: its mean in the proxy's base units (proxy_scale)."""
+    mean, std = proxy_scale(base, proxy)
+    cells = _cells("proxy", per_problem)
+    return {**cells, "proxy_z": (cells["proxy"] - mean) / std}
 
 
 def proxy_accuracy(base: dict[str, Any], proxy: str) -> dict[str, Any]:
@@ -53,49 +62,33 @@ def proxy_accuracy(base: dict[str, Any], proxy: str) -> dict[str, Any]:
 
 
 def best_of_n_rows(base: dict[str, Any], proxy: str, ns: list[int]) -> list[dict[str, Any]]:
-    mean, std = proxy_scale(base, proxy)
     rows = []
     for n in ns:
         picks = [best_of_n_pick(s, g, n) for s, g in zip(base["proxy"][proxy], base["gold"])]
         kl = kl_best_of_n(n)
-        proxy_scores = [p for _, p in picks]
         rows.append({"proxy_name": proxy, "n": n, "kl": kl, "d": math.sqrt(kl),
-                     "kl_method": "analytic: log n - (n-1)/n",
-                     **_flat("gold", over_problems([g for g, _ in picks])),
-                     **_flat("proxy", over_problems(proxy_scores)),
-                     "proxy_z": (float(np.mean(proxy_scores)) - mean) / std})
+                     "kl_method": "analytic: log n - (n-1)/n", **_cells("gold", [g for g, _ in picks]),
+                     **_proxy_cells(base, proxy, [p for _, p in picks])})
     return rows
-
-
-def _base_row(base: dict[str, Any], proxy: str | None) -> dict[str, Any]:
-    """Step 0: the base itself, from its best-of-n samples (KL 0 exactly)."""
-    row = {"step": 0, "kl": 0.0, "kl_low": 0.0, "kl_high": 0.0, "d": 0.0, "kl_logratio": 0.0,
-           **_flat("gold", over_problems(_per_problem_mean(base["gold"])))}
-    if proxy is not None:
-        mean, std = proxy_scale(base, proxy)
-        row.update(_flat("proxy", over_problems(_per_problem_mean(base["proxy"][proxy]))))
-        row["proxy_z"] = (row["proxy"] - mean) / std
-    return row
 
 
 def trajectory_rows(base: dict[str, Any], measured: dict[str, Any], scored_by: str | None,
                     **labels: Any) -> list[dict[str, Any]]:
-    """A run's rows, step 0 (the base) first, then every measured checkpoint in step order, with the proxy
-    `scored_by`'s scores (None: none); `labels` (proxy, or algorithm and beta) go into every row."""
-    proxy = scored_by
-    rows = [_base_row(base, proxy)]
+    """A run's rows, step 0 (the base, from its best-of-n samples: KL 0 exactly) first, then every measured
+    checkpoint in step order, with the proxy `scored_by`'s scores (None: none); `labels` (proxy, or algorithm and
+    beta) go into every row."""
+    def proxy(groups: list[list[float]] | None) -> dict[str, Any]:
+        return {} if scored_by is None or groups is None else _proxy_cells(base, scored_by, _per_problem_mean(groups))
+
+    rows = [{"step": 0, "kl": 0.0, "kl_low": 0.0, "kl_high": 0.0, "d": 0.0, "kl_logratio": 0.0,
+             **_cells("gold", _per_problem_mean(base["gold"])), **proxy(base["proxy"].get(scored_by))}]
     for step in sorted(measured["steps"], key=int):
         m = measured["steps"][step]
-        kl = over_problems(_per_problem_mean(m["kl"]))
-        row = {"step": int(step), **_flat("kl", kl), "d": math.sqrt(max(kl["mean"], 0.0)),
-               "kl_logratio": float(np.mean(_per_problem_mean(m["kl_logratio"]))),
-               **_flat("gold", over_problems(_per_problem_mean(m["gold"]))),
-               "mean_tokens": float(np.mean(_per_problem_mean(m["tokens"])))}
-        if proxy is not None and m.get("proxy") is not None:
-            mean, std = proxy_scale(base, proxy)
-            row.update(_flat("proxy", over_problems(_per_problem_mean(m["proxy"]))))
-            row["proxy_z"] = (row["proxy"] - mean) / std
-        rows.append(row)
+        kl = _cells("kl", _per_problem_mean(m["kl"]))
+        rows.append({"step": int(step), **kl, "d": math.sqrt(max(kl["kl"], 0.0)),
+                     "kl_logratio": float(np.mean(_per_problem_mean(m["kl_logratio"]))),
+                     **_cells("gold", _per_problem_mean(m["gold"])),
+                     "mean_tokens": float(np.mean(_per_problem_mean(m["tokens"]))), **proxy(m.get("proxy"))})
     return [{**labels, **r} for r in rows]
 
 
