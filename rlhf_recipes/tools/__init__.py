@@ -1,10 +1,6 @@
-"""The tools wing: everything a user runs around training, one subcommand each of `rlhf-recipes`.
-
-compare/   a run against the book's published runs, or runs against each other
-planner/   a recipe's GPU memory, planned before launching
-bench/     step time, throughput and peak memory per family (and GRPO's phases)
-evaluate   a trained model on held-out data
-pipeline   the two-phase HH-RLHF pipeline (reward model, then policies against it)
+"""The tools wing: everything a user runs around training, one subcommand each of `rlhf-recipes` (cli.py maps the
+names to each module's main). lab/ is the experiment kernel the multi-run tools share: the job runner, seed
+statistics, the one writer of JSON, tables and figures, the one policy loader.
 
 Tools ask the registry (rlhf_recipes/registry.py) for algorithm facts; none keeps its own table.
 """

@@ -31,14 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import read_metrics, read_results
 from rlhf_recipes.tools.lab import document
-from rlhf_recipes.tools.lab.document import render_text, running_mean, save_figure, write_result, wrote
+from rlhf_recipes.tools.lab.document import (
+    logs_window, points, pyplot, render_text, running_mean, save_figure, write_result, wrote,
+)
 from rlhf_recipes.tools.lab.stats import per_problem_gains
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
@@ -166,9 +167,8 @@ def curves(run: Path, heldout: tuple[str, ...], training: str, book: tuple[str, 
     """(step, value) of each periodic held-out metric, of the training metric and of the book's figure's metrics
     (`book`: our keys of its panels other than the training metric)."""
     rows = read_metrics(run)
-    return {"heldout": {m: [(r["step"], r[f"eval/{m}"]) for r in rows if f"eval/{m}" in r] for m in heldout},
-            "training": [(r["step"], r[training]) for r in rows if training in r],
-            "book": {k: [(r["step"], r[k]) for r in rows if k in r] for k in book}}
+    return {"heldout": {m: points(rows, f"eval/{m}") for m in heldout}, "training": points(rows, training),
+            "book": {k: points(rows, k) for k in book}}
 
 
 def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
@@ -248,12 +248,9 @@ def plot(rows: list[dict[str, Any]], path: Path, family: str = DEFAULT_FAMILY) -
     """Top: every algorithm's mean curve on each panel (held-out, then training). Below, with seeds: small multiples
     of each held-out metric, one panel per algorithm with its min-max band over seeds, the others in grey (ten
     bands on one panel cannot be read)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    plt = pyplot()
     heldout, training = book_metrics(family)
     trained = training_keys(family)  # the training panels: ours, then the book's figure's
     seeds = max((r.get("seeds", 0) for r in rows), default=0)
@@ -323,12 +320,6 @@ def _heldout_xy(row: dict[str, Any], metric: str) -> tuple[list, list]:
     points = [(0, row["metrics"][metric]["base"]), *row["curves"]["heldout"][metric]]
     scale = 100 if _label(metric)[2] else 1
     return [p[0] for p in points], [scale * p[1] for p in points]
-
-
-def logs_window(curves: Iterable[list]) -> int:
-    """Logs per running mean of a training panel (nano-book's, nano-figures'): 10 where every curve has at least 50
-    logs, else none (a short run's running mean would end far from its last value, the number its table shows)."""
-    return 10 if min(map(len, curves), default=0) >= 50 else 1
 
 
 def _cell(value: float, rate: bool, signed: bool = False) -> str:

@@ -26,8 +26,8 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import METRICS_FILE, has_metrics, read_metrics, read_results
-from rlhf_recipes.tools.lab.document import running_mean, save_figure, write_result
-from rlhf_recipes.tools.nano_book import NANO_RUN, logs_window, run_jobs
+from rlhf_recipes.tools.lab.document import logs_window, points, pyplot, running_mean, save_figure, write_result
+from rlhf_recipes.tools.nano_book import NANO_RUN, run_jobs
 
 # Axis labels with units of the keys the figures draw (the keys themselves come from the registry).
 UNITS = {"loss": "training loss (nats per token)", "grad_norm": "gradient L2 norm (before clipping)",
@@ -77,12 +77,6 @@ def jobs(args: argparse.Namespace) -> list:
     return [Job(a, args.out / a, (str(recipe_path(a)), *NANO_RUN)) for a in names]
 
 
-def series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-    """(step, value) of `key` per logged step; the trainer's end-of-training summary row (train_runtime) repeats
-    the last step with its epoch, so it is left out."""
-    return [(r["step"], r[key]) for r in rows if key in r and "train_runtime" not in r]
-
-
 def read_run(name: str, folder: Path, figure) -> dict[str, Any]:
     """One run's curves of the figure's keys and its held-out numbers."""
     if not has_metrics(folder):
@@ -90,7 +84,7 @@ def read_run(name: str, folder: Path, figure) -> dict[str, Any]:
                                 f"`rlhf-recipes nano-figures --figure {figure.name}`)")
     rows = read_metrics(folder)
     keys = [k for _, k in figure.panels] + ([figure.heldout_curve] if figure.heldout_curve else [])
-    out: dict[str, Any] = {"name": name, "curves": {k: series(rows, k) for k in keys}}
+    out: dict[str, Any] = {"name": name, "curves": {k: points(rows, k) for k in keys}}
     final = read_results(folder) or {}
     out["wall_s"] = final.get("wall_seconds")
     if figure.heldout_final:
@@ -106,26 +100,24 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         return sum(values) / len(values) if values else None
 
     out = {}
-    for key, points in run["curves"].items():
-        values = [v for _, v in points]
-        out[key] = {"logs": len(points), "last_step": points[-1][0] if points else None,
+    for key, curve in run["curves"].items():
+        values = [v for _, v in curve]
+        out[key] = {"logs": len(curve), "last_step": curve[-1][0] if curve else None,
                     "first": values[0] if values else None, "last": values[-1] if values else None,
                     "mean_first_10": mean(values[:10]), "mean_last_10": mean(values[-10:])}
     return out
 
 
 def plot(runs: list[dict[str, Any]], figure, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     panels = list(figure.panels)
     extra = 1 if (figure.heldout_curve or figure.heldout_final) else 0
     fig, axes = plt.subplots(1, len(panels) + extra, figsize=(5.2 * (len(panels) + extra), 4.6), squeeze=False)
     axes = list(axes[0])
-    # nano-book's rule: a shorter run (the base logs 27 times) is drawn raw; epoch is a step function, drawn as is
+    # logs_window: a shorter run (the base logs 27 times) is drawn raw; epoch is a step function, drawn as is
     window = {key: 1 if key == "epoch" else logs_window(r["curves"][key] for r in runs) for _, key in panels}
     for i, run in enumerate(runs):
         for axis, (_, key) in zip(axes, panels):

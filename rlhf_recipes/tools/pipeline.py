@@ -42,7 +42,7 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import has_config, has_metrics, read_results, run_finished
-from rlhf_recipes.tools.lab.document import plain_table, save_figure, write_result
+from rlhf_recipes.tools.lab.document import plain_table, pyplot, save_figure, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -273,14 +273,11 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, Path], rm_reward: str, path
          rm_methods: tuple[str, ...]) -> Path:
     """One figure: RM reward and KL during training (the methods against the RM, `rm_methods`: PPO, GRPO), the
     reward accuracy of the others (DPO), final reward vs KL."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     from rlhf_recipes.tools.compare.load import load_run
 
+    plt = pyplot()
     loaded = {m: load_run(p, m) for m, p in runs.items() if has_metrics(p)}
     colors = {r["method"]: f"C{i % 10}" for i, r in enumerate(rows)}  # the colour cycle's i-th
     pairs = tuple(m for m in runs if m not in rm_methods)  # trained on the RM's pairs, without it

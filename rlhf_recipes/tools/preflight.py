@@ -192,13 +192,7 @@ def driver_finding(torch) -> Finding | None:
 
 
 def _output_dir(recipe) -> Finding:
-    from rlhf_recipes.paths import unwritable_reason
-
-    folder = recipe.value("output_dir")
-    problem = unwritable_reason(folder)
-    if problem:
-        raise RecipeError(f"{recipe.where('output_dir')} {folder} cannot be written: {problem}. Pick another "
-                          "--output_dir")
+    folder = core.check_output_dir(recipe)
     if has_config(Path(folder)) and not recipe.args.resume and not recipe.args.overwrite:
         from rlhf_recipes.run_setup import holds_a_run
 

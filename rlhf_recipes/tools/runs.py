@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rlhf_recipes.run_folder import Checkpoint, SavedRun, find_runs
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
+from rlhf_recipes.tools.lab import document
 from rlhf_recipes.tools.lab.document import number
 
 DEFAULT_ROOT = "outputs"
@@ -59,23 +60,15 @@ def evaluations_cell(run: SavedRun) -> str:
 
 
 def print_table(runs: list[SavedRun], root: Path) -> None:
-    from rich.console import Console
     from rich.filesize import decimal
 
-    from rlhf_recipes.tools.lab.document import table as new_table
-
-    table = new_table(f"{len(runs)} run(s) under {root}", ("run", "algorithm", "model", "profile", "status", "steps",
-                      "final metrics", "evaluations", "size", "checkpoints"), right=("steps", "size"),
-                      title_justify="left")
-    for run in runs:
-        name = str(run.path.relative_to(root)) if run.path != root else run.path.name
-        table.add_row(name, run.algorithm, run.model, run.profile or "-", run.status,
-                      "-" if run.steps is None else str(run.steps),
-                      ", ".join(f"{k} {number(v)}" for k, v in list(run.final_metrics().items())[:3]) or "-",
-                      evaluations_cell(run),
-                      decimal(run.bytes), checkpoints_cell(run))
-    # Piped into a file or another program, rich would assume 80 columns: too narrow for ten.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    rows = [[str(run.path.relative_to(root)) if run.path != root else run.path.name, run.algorithm, run.model,
+             run.profile or "-", run.status, "-" if run.steps is None else str(run.steps),
+             ", ".join(f"{k} {number(v)}" for k, v in list(run.final_metrics().items())[:3]) or "-",
+             evaluations_cell(run), decimal(run.bytes), checkpoints_cell(run)] for run in runs]
+    document.print_table(["run", "algorithm", "model", "profile", "status", "steps", "final metrics", "evaluations",
+                          "size", "checkpoints"], rows, f"{len(runs)} run(s) under {root}", right=("steps", "size"),
+                         title_justify="left")
     for run in runs:
         for problem in run.eval_errors:
             print(f"warning: skipped an unreadable evaluation: {problem}", file=sys.stderr)

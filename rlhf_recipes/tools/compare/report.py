@@ -19,10 +19,6 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: runs on clusters and in CI, never opens a window
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
@@ -40,8 +36,9 @@ from rlhf_recipes.tools.compare.references import (
 from rlhf_recipes.tools.compare.verdict import (
     BAND_SIGMAS, WINDOW_FRACTION, Comparison, compare_to_reference, final_mean,
 )
-from rlhf_recipes.tools.lab.document import number, plain_table, save_figure, write_result
+from rlhf_recipes.tools.lab.document import number, plain_table, pyplot, save_figure, write_result
 
+plt = pyplot()
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
 SUMMARY_NAME = "compare.json"

@@ -45,8 +45,10 @@ def plain_table(headers: list[str], rows: list[list[str]], title: str = "") -> s
     return "\n".join(([title] if title else []) + [lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def print_table(headers: list[str], rows: list[list[str]], title: str = "") -> None:
-    """The table on the terminal (rich), as wide as it needs when piped; cells starting "outside" in red."""
+def print_table(headers: list[str], rows: list[list[str]], title: str = "", *, right: Iterable[str] = (),
+                **options) -> None:
+    """The table on the terminal (rich), as wide as it needs when piped; cells starting "outside" in red; `right`
+    and `options` as table() takes them."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -58,7 +60,7 @@ def print_table(headers: list[str], rows: list[list[str]], title: str = "") -> N
         console = Console(width=needed)
     # escape(): metric names like rewards/*/mean must not be read as rich markup
     console.print(table(title or None, headers, ([f"[red]{escape(c)}[/red]" if c.startswith("outside") else escape(c)
-                                                  for c in row] for row in rows)))
+                                                  for c in row] for row in rows), right=right, **options))
 
 
 def render_text(items: Iterable[Any], width: int = 160) -> str:
@@ -71,7 +73,29 @@ def render_text(items: Iterable[Any], width: int = 160) -> str:
     return console.export_text()
 
 
-# The curves' figure helpers: a running mean, and a band over seeds.
+# The curves' figure helpers: matplotlib headless, a metric's points, a running mean, and a band over seeds.
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: headless, runs on clusters and in CI, never opens a window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """(step, value) of a numeric key of metrics.jsonl's rows; the trainer's end-of-training summary row
+    (train_runtime) repeats the last step with its epoch, so it is left out."""
+    return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "train_runtime" not in r]
+
+
+def logs_window(curves: Iterable[list]) -> int:
+    """Logs per running mean of a training curve: 10 where every curve has at least 50 logs, else none (a short
+    run's running mean would end far from its last value, the number its table shows)."""
+    return 10 if min(map(len, curves), default=0) >= 50 else 1
+
+
 def running_mean(values: list[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
             for i in range(len(values))]

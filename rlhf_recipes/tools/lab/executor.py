@@ -60,6 +60,12 @@ class Job:
     def eval_output(self) -> Path:
         return self.folder / "eval" / f"{self.eval_name}.json"
 
+    @classmethod
+    def from_json(cls, row: dict) -> Job:
+        """The job that dataclasses.asdict wrote as JSON (e.g. a SLURM array's sweep_jobs.json)."""
+        return cls(**{**row, "folder": Path(row["folder"]), "train": tuple(row["train"]),
+                      "evaluate": None if row["evaluate"] is None else tuple(row["evaluate"])})
+
 
 @dataclass
 class Outcome:

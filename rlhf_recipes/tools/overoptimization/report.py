@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_recipes.tools.lab.document import save_figure, table
+from rlhf_recipes.tools.lab.document import pyplot, save_figure, table
 from rlhf_recipes.tools.overoptimization.formulas import gold_best_of_n, gold_rl
 
 GOLD = "gold score (task's score_answer, 0-1)"
@@ -79,11 +79,7 @@ def _fit_line(axis, rows, fit, form, color):
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ((bon, rl), (proxy, direct)) = plt.subplots(2, 2, figsize=(14, 10))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, p in enumerate(doc["proxies"]):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.run_folder import read_metrics
-from rlhf_recipes.tools.lab.document import save_figure, seed_band
+from rlhf_recipes.tools.lab.document import logs_window, points, pyplot, save_figure, seed_band
 
 
 def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:
@@ -15,19 +15,16 @@ def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[
     for r in records:
         if r["status"] != "finished":
             continue
-        rows = read_metrics(sweep_dir / r["folder"])
-        points = [(row["step"], row[metric]) for row in rows if isinstance(row.get(metric), (int, float))]
-        if points:
-            out.setdefault(r["cell"], {})[r["seed"]] = points
+        logged = points(read_metrics(sweep_dir / r["folder"]), metric)
+        if logged:
+            out.setdefault(r["cell"], {})[r["seed"]] = logged
     return out
 
 
 def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     key, grid = report["key_metric"], report["sweep"]["grid"]
     training = report["training_metric"]
@@ -72,10 +69,9 @@ def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
         axis.axhline(0, color="grey", lw=0.8, ls="--")
 
     # 2-3. Curves: the training metric and the periodic held-out metric, per cell. The training curve is a running
-    # mean of 10 logs only for runs of at least 50 logs: on a short run it would end far from the last log, the
-    # `final/` number of the table (2 logs 0 and 0.75: a running mean ending at 0.375 beside a table's 0.75).
-    shortest = min((len(pts) for per_seed in train_curves.values() for pts in per_seed.values()), default=0)
-    window = 10 if shortest >= 50 else 1
+    # mean only for long runs (logs_window): on a short run it would end far from the last log, the `final/` number
+    # of the table (2 logs 0 and 0.75: a running mean ending at 0.375 beside a table's 0.75).
+    window = logs_window(pts for per_seed in train_curves.values() for pts in per_seed.values())
     for axis, data, metric, smooth in ((axes[1], train_curves, training, window),
                                        *(((axes[2], eval_curves, heldout_curve, 1),) if eval_curves else ())):
         for n, (cell, per_seed) in enumerate(data.items()):

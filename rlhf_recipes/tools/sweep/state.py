@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
+from rlhf_recipes.tools.lab.document import write_result
 from rlhf_recipes.tools.sweep.spec import SweepSpec
 
 SPEC_FILE = "sweep_spec.json"
@@ -40,7 +40,7 @@ class SweepLock:
 
 
 def save(spec: SweepSpec, sweep_dir: Path) -> None:
-    atomic_write_text(sweep_dir / SPEC_FILE, json.dumps(asdict(spec), indent=2) + "\n")
+    write_result(asdict(spec), sweep_dir / SPEC_FILE)
 
 
 def load(sweep_dir: Path) -> SweepSpec | None:

@@ -17,8 +17,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
+from rlhf_recipes.tools.lab.document import write_result
 from rlhf_recipes.tools.lab.executor import Job, run_one
 
 JOBS_FILE = "sweep_jobs.json"
@@ -46,7 +46,7 @@ def sbatch_text(sweep_dir: Path, count: int, name: str, options: list[str], work
 def write_and_submit(sweep_dir: Path, jobs: list[Job], launcher: str | None, options: list[str], name: str) -> int:
     """Write the array and submit it with sbatch when it is on PATH; else print the command. Returns an exit code."""
     rows = [{**asdict(job), "folder": str(job.folder.resolve())} for job in jobs]
-    atomic_write_text(sweep_dir / JOBS_FILE, json.dumps({"launcher": launcher, "jobs": rows}, indent=2) + "\n")
+    write_result({"launcher": launcher, "jobs": rows}, sweep_dir / JOBS_FILE)
     (sweep_dir / "slurm").mkdir(exist_ok=True)
     path = sweep_dir / SBATCH_FILE
     path.write_text(sbatch_text(sweep_dir, len(jobs), name, options, Path.cwd()), encoding="utf-8")
@@ -73,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m rlhf_recipes.tools.sweep.task SWEEP_DIR TASK_INDEX", file=sys.stderr)
         return 2
     data = json.loads((Path(argv[0]) / JOBS_FILE).read_text())
-    row = data["jobs"][int(argv[1])]
-    job = Job(**{**row, "folder": Path(row["folder"]), "train": tuple(row["train"]),
-                 "evaluate": None if row["evaluate"] is None else tuple(row["evaluate"])})
+    job = Job.from_json(data["jobs"][int(argv[1])])
     outcome = run_one(job, data["launcher"])
     error = f": {outcome.error}" if outcome.error else ""
     print(f"{outcome.status} {job.name} ({outcome.did}, {outcome.wall_s:.0f} s){error}; log: {job.log}")
