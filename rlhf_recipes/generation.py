@@ -1,17 +1,6 @@
 """Batched generation and scoring of completions: what every held-out evaluation of a policy runs, and what the
 data builders that sample a saved model run (data/sampled_rollouts.py). A ground-floor module: it imports nothing
 of the project, so data/ and evaluation/ both lean on it without data/ reaching up into evaluation/.
-
-generate          n completions per chat (greedy, or sampled with the given settings), left-padded batches
-                  under a tqdm bar, the model's own end tokens; each completion with its text, its token ids
-                  (up to and including the end token) and whether it ran out of tokens; `stats` gets the
-                  seconds and generated tokens (the result's throughput).
-prompt_ids        each chat's prompt token ids, rendered as `generate` renders it.
-chat_ids          a (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers
-                  split them (the prompt rendered with the generation prompt; the completion is the rest).
-completion_logprobs  sum and count of log p(y_t | x, y_<t) over each completion's tokens, at a temperature.
-pair_kl           per completion sampled from one model: the sequence KL to another (the exact next-token KL summed
-                  over its tokens, and the sampled log-ratio sum; sequence_kl on the two models' log-probs).
 """
 
 from __future__ import annotations
@@ -36,8 +25,10 @@ def prompt_ids(tokenizer, chats: list[list[dict]], chat_template_kwargs: dict | 
 def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: int, max_new_tokens: int,
              chat_template_kwargs: dict | None = None, desc: str = "generate", seed: int | None = None,
              stats: dict | None = None, **sampling) -> list[list[dict[str, Any]]]:
-    """n completions per chat (greedy when `sampling` is empty); per chat a list of {"text", "ids", "tokens",
-    "truncated"} (truncated: no end token within max_new_tokens)."""
+    """n completions per chat (greedy when `sampling` is empty), in left-padded batches under a tqdm bar, ended by
+    the model's own end tokens; per chat a list of {"text", "ids" (up to and including the end token), "tokens",
+    "truncated"} (truncated: no end token within max_new_tokens). `stats` gets the seconds and generated tokens
+    (the result's throughput)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -88,9 +79,10 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
 
 def chat_ids(tokenizer, prompt: list[dict], completion: list[dict],
              chat_template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
-    kwargs = chat_template_kwargs or {}
-    prompt_part = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
-    full = tokenizer.apply_chat_template([*prompt, *completion], tokenize=False, **kwargs)
+    """A (prompt, completion) conversation -> prompt ids and completion ids, the way TRL's trainers split them
+    (the prompt rendered with the generation prompt; the completion is the rest)."""
+    prompt_part = prompt_text(tokenizer, prompt, chat_template_kwargs)
+    full = tokenizer.apply_chat_template([*prompt, *completion], tokenize=False, **(chat_template_kwargs or {}))
     prompt_ids = tokenizer(prompt_part, add_special_tokens=False)["input_ids"]
     full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
     if full_ids[:len(prompt_ids)] != prompt_ids:  # a template that re-renders earlier turns: split on text
@@ -178,6 +170,17 @@ def pair_kl(policy, ref, prompt_ids: list[list[int]], completion_ids: list[list[
         exact, ratio = sequence_kl(logps[0], logps[1], targets, completion)
         out += [(e, r, len(c)) for e, r, (_, c) in zip(exact, ratio, chunk)]
     return out
+
+
+def free_memory() -> None:
+    """Give back the memory of models the caller has just dropped (one model at a time on the device)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def throughput(problems: int, stats: dict) -> dict[str, float]:

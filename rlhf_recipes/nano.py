@@ -44,7 +44,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlhf_recipes.paths import REFERENCE_RUNS_DIR, REPO_ROOT
+from rlhf_recipes.paths import RECIPES_DIR, REFERENCE_RUNS_DIR, REPO_ROOT, recipe_path
 from rlhf_recipes.tiny import (
     BUILDING_PREFIX,
     CHAT_TEMPLATE,
@@ -56,7 +56,6 @@ from rlhf_recipes.tiny import (
 
 logger = logging.getLogger(__name__)
 
-INIT = "nano-init"  # model_name_or_path of the untrained model (the SFT recipe's start)
 BASE = "nano"  # model_name_or_path of the SFT base that every nano run starts from
 SFT_RECIPE = "nano_sft"  # recipes/nano_sft.yaml
 SDPO_BASE = "nano-sdpo"  # model_name_or_path of the SDPO nano runs' start (nano + teacher-prompt reading)
@@ -99,16 +98,12 @@ SDPO_BASE_GOAL = {"target": None, "problems": 200, "metric": "exact_match", "rec
 _BUILD_VERSION = 1  # bump when the build below changes, to invalidate caches
 
 
-def _system_prompt_text() -> str:
-    # Straight from reasoning-gym's table (SYSTEM_PROMPT is one of its names), not through data/reasoning_gym.py,
-    # which stands above this file.
+def _added_tokens() -> list[str]:
+    # The system prompt's text straight from reasoning-gym's table (SYSTEM_PROMPT is one of its names), not through
+    # data/reasoning_gym.py, which stands above this file.
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
-    return SYSTEM_PROMPTS[SYSTEM_PROMPT]
-
-
-def _added_tokens() -> list[str]:
-    return [*TAGS, _system_prompt_text(), QUESTION_PREFIX]
+    return [*TAGS, SYSTEM_PROMPTS[SYSTEM_PROMPT], QUESTION_PREFIX]
 
 
 def _init_fingerprint() -> str:
@@ -134,19 +129,10 @@ def build_tokenizer():
     return tokenizer
 
 
-def _build_init(target: Path) -> None:
-    save_random_qwen3(target, build_tokenizer(), MODEL_SHAPE, SEED)
-
-
 def nano_init_path() -> str:
     """The untrained nano model + tokenizer (built on first use, a few seconds)."""
-    return build_cached(cache_root() / f"nano-init-{_init_fingerprint()}", _build_init)
-
-
-def _recipe_path(name: str) -> Path:
-    from rlhf_recipes.paths import recipe_path
-
-    return recipe_path(name)
+    return build_cached(cache_root() / f"nano-init-{_init_fingerprint()}",
+                        lambda folder: save_random_qwen3(folder, build_tokenizer(), MODEL_SHAPE, SEED))
 
 
 def _sft_fingerprint(recipe_name: str, goal: dict, start_fingerprint: str) -> str:
@@ -154,7 +140,7 @@ def _sft_fingerprint(recipe_name: str, goal: dict, start_fingerprint: str) -> st
     not its comments) and the held-out goal it is built to."""
     import yaml
 
-    recipe = yaml.safe_load(_recipe_path(recipe_name).read_text(encoding="utf-8"))
+    recipe = yaml.safe_load(recipe_path(recipe_name).read_text(encoding="utf-8"))
     blob = json.dumps([start_fingerprint, recipe, goal], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -174,10 +160,8 @@ def run_sft(recipe_name: str, target: Path, goal: dict, overrides: tuple[str, ..
     a user runs it, trained to the held-out target (the recipe key heldout_target, evaluation/target.py), in its own
     process (a run configures logging, seeds and threads for the whole process). The record of what it measured
     lands beside the model."""
-    from rlhf_recipes.paths import RECIPES_DIR
-
     log = target / "build.log"
-    command = [sys.executable, str(RECIPES_DIR / "run.py"), str(_recipe_path(recipe_name)), "--heldout_target",
+    command = [sys.executable, str(RECIPES_DIR / "run.py"), str(recipe_path(recipe_name)), "--heldout_target",
                json.dumps(goal), "--output_dir", str(target), *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with open(log, "w", encoding="utf-8") as out:

@@ -72,15 +72,6 @@ def _corpus() -> list[str]:
     return texts
 
 
-def _fingerprint(corpus: list[str]) -> str:
-    h = hashlib.sha256()
-    h.update(json.dumps([_BUILD_VERSION, MODEL_SHAPE, VOCAB_SIZE, SEED, SPECIAL_TOKENS, ADDED_TOKENS,
-                         CHAT_TEMPLATE]).encode())
-    for t in corpus:
-        h.update(t.encode("utf-8"))
-    return h.hexdigest()[:16]
-
-
 def cache_root() -> Path:
     return Path(os.environ.get("RLHF_RECIPES_CACHE", Path.home() / ".cache" / "rlhf-recipes"))
 
@@ -158,7 +149,12 @@ def build_cached(target: Path, build: Callable[[Path], None], announce: str = ""
 def tiny_model_path() -> str:
     """Path of the tiny model + tokenizer directory, building it on first use."""
     corpus = _corpus()
-    return build_cached(cache_root() / f"tiny-qwen3-{_fingerprint(corpus)}", lambda folder: _build(folder, corpus))
+    # keyed by everything that goes into the build
+    h = hashlib.sha256(json.dumps([_BUILD_VERSION, MODEL_SHAPE, VOCAB_SIZE, SEED, SPECIAL_TOKENS, ADDED_TOKENS,
+                                   CHAT_TEMPLATE]).encode())
+    for t in corpus:
+        h.update(t.encode("utf-8"))
+    return build_cached(cache_root() / f"tiny-qwen3-{h.hexdigest()[:16]}", lambda folder: _build(folder, corpus))
 
 
 if __name__ == "__main__":

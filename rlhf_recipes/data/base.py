@@ -24,10 +24,10 @@ class DataError(RecipeError):
 @dataclass(frozen=True)
 class DataSource:
     name: str
-    hub_id: str | None
-    fixture: str | None  # path under data/fixtures/
     columns: tuple[str, ...]  # required columns of the source schema
-    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
+    hub_id: str | None = None
+    fixture: str | None = None  # path under data/fixtures/
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     default_split: str = "train"
     hub_config: str | None = None
     # Procedural sources (reasoning-gym) build their rows instead of reading a file.

@@ -1,7 +1,12 @@
-"""Anthropic/hh-rlhf -> conversational prompt/chosen/rejected.
+"""Anthropic/hh-rlhf -> conversational prompt/chosen/rejected (`hh_rlhf`), or the prompt alone (`hh_rlhf_prompts`).
 
 Each side is one string "\\n\\nHuman: ...\\n\\nAssistant: ...". Both sides share every
 turn but the last Assistant turn: that shared prefix is the prompt.
+
+`hh_rlhf_prompts` is for policy gradients against a reward model (the classic pipeline): the same rows, parsing
+and drops as the pairs, keeping only `prompt`. With the same `dataset_shuffle_seed`, `num_samples` and
+`eval_fraction`, a policy recipe on `hh_rlhf_prompts` and a reward-model or DPO recipe on `hh_rlhf` split the rows
+identically, so the held-out prompts are the prompts of the held-out pairs (`rlhf-recipes pipeline` relies on it).
 """
 
 from __future__ import annotations
@@ -55,4 +60,18 @@ SOURCE = DataSource(
     fixture="hh-rlhf/harmless-base-test.jsonl",
     columns=("chosen", "rejected"),
     normalize=normalize,
+)
+
+
+def normalize_prompt(row: dict[str, Any]) -> dict[str, Any]:
+    pair = normalize(row)
+    return pair if DROP in pair else {"prompt": pair["prompt"]}
+
+
+PROMPTS_SOURCE = DataSource(
+    name="hh_rlhf_prompts",
+    hub_id=SOURCE.hub_id,
+    fixture=SOURCE.fixture,
+    columns=SOURCE.columns,
+    normalize=normalize_prompt,
 )

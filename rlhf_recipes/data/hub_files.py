@@ -20,11 +20,6 @@ from typing import Iterator
 from rlhf_recipes.data.base import DataError
 
 
-def _offline() -> bool:
-    return any(os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-
-
 def _download(hub_id: str, name: str, offline: bool) -> str | None:
     """The file's path in the hub cache (downloaded if need be); None if the repo has no such file."""
     from huggingface_hub import hf_hub_download
@@ -46,7 +41,9 @@ def jsonl_rows(hub_id: str, filenames: tuple[str, ...]) -> Iterator[tuple[str, d
     """("<file> line N", row) for every line of each file in turn (1-based lines). `hub_id` may also be a local
     folder laid out as the repo. A file the repo does not have is skipped (a split may exist in one phase only);
     none of them, or one not cached while offline, is a DataError naming the files."""
-    offline, found = _offline(), False
+    offline = any(os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
+                  for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    found = False
     local = Path(hub_id)  # a copy of the repo on disk (hf download ... --local-dir), as datasets takes
     for name in filenames:
         if local.is_dir():

@@ -88,17 +88,13 @@ def normalize(row: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": question["problem"], "completions": texts, "labels": ratings}
 
 
-def phase_files(split: str) -> tuple[str, ...]:
-    """The hub repo's raw files for a split, phase 1 first (its file order, which the book reads)."""
-    return f"phase1_{split}.jsonl", f"phase2_{split}.jsonl"
-
-
 SOURCE = DataSource(
     name="prm800k",
     hub_id="tasksource/PRM800K",
     fixture="prm800k/train.jsonl",
     columns=("question", "label"),
     normalize=normalize,
-    # Phase 2's `question` has fields phase 1's lacks: datasets cannot merge the files into one split.
-    hub_files=phase_files,
+    # Phase 2's `question` has fields phase 1's lacks: datasets cannot merge the files into one split. A split's
+    # raw files, phase 1 first (the repo's file order, which the book reads):
+    hub_files=lambda split: (f"phase1_{split}.jsonl", f"phase2_{split}.jsonl"),
 )

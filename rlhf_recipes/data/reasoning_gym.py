@@ -132,6 +132,22 @@ def questions(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = None
     return {prompt[-1]["content"] for prompt in build_rows(recipe, size, seed, kwargs)["prompt"]} if size else set()
 
 
+def unseen(rows, trained: set[str], limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a held-out draw whose question is neither a training question nor a repeat (a training prompt
+    or a repeat: the next one drawn takes its place), the first `limit` of them; and how many were training ones."""
+    kept, seen, overlaps = [], set(), 0
+    for row in rows:
+        question = row["prompt"][-1]["content"]
+        if question in trained or question in seen:
+            overlaps += question in trained
+            continue
+        seen.add(question)
+        kept.append(row)
+        if len(kept) == limit:
+            break
+    return kept, overlaps
+
+
 def generate(recipe) -> "Dataset":
     args = recipe.args
     where = recipe.source
@@ -144,10 +160,7 @@ def generate(recipe) -> "Dataset":
 
 SOURCE = DataSource(
     name="reasoning_gym",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "rg_dataset", "rg_index"),
-    normalize=None,
     generate=generate,
     system_prompt_text=system_prompt_text,
 )

@@ -63,20 +63,15 @@ def preference_pair(row: dict[str, Any]) -> dict[str, Any] | None:
             "rejected": reply(wrong.most_common(1)[0][0])}
 
 
-def _sampler_path(recipe) -> str:
-    from rlhf_recipes.models import resolve_model_path
-
-    return resolve_model_path(recipe.value("model_name_or_path"))
-
-
 def sampled_pairs(recipe, size: int, seed: int,
                   skip: set[str] = frozenset()) -> tuple[list[dict[str, Any]], int, int]:
     """(pairs, prompts without a pair, prompts skipped) from `size` prompts of the composite drawn with `seed`,
     sampled from the recipe's starting model; prompts whose question is in `skip` are left out before pairing."""
     from rlhf_recipes.data.sampled_rollouts import sampled_rollouts
+    from rlhf_recipes.models import resolve_model_path
 
-    rows = sampled_rollouts(recipe, _sampler_path(recipe), size=size, seed=seed, n=ROLLOUTS_PER_PROMPT,
-                            max_new_tokens=MAX_NEW_TOKENS, sampling=SAMPLING)
+    rows = sampled_rollouts(recipe, resolve_model_path(recipe.value("model_name_or_path")), size=size, seed=seed,
+                            n=ROLLOUTS_PER_PROMPT, max_new_tokens=MAX_NEW_TOKENS, sampling=SAMPLING)
     kept = [r for r in rows if r["prompt"][-1]["content"] not in skip]
     pairs = [p for p in map(preference_pair, kept) if p is not None]
     return pairs, len(kept) - len(pairs), len(rows) - len(kept)
@@ -134,10 +129,7 @@ def heldout(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, 
 
 SOURCE = DataSource(
     name="reasoning_gym_preferences",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "chosen", "rejected"),
-    normalize=None,
     generate=generate,
     heldout=heldout,
     system_prompt_text=system_prompt_text,

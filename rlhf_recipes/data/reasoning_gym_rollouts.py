@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlhf_recipes.data.base import DataError, DataSource
-from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET, questions, system_prompt_text, training_seed
+from rlhf_recipes.data.reasoning_gym import HELDOUT_SEED_OFFSET, questions, system_prompt_text, training_seed, unseen
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -139,16 +139,8 @@ def heldout_rollouts(recipe, count: int) -> tuple[list[dict[str, Any]], dict[str
     kwargs, settings = rollout_settings(recipe)
     seed = training_seed(recipe)
     trained = questions(recipe, recipe.args.num_samples or 0, seed, kwargs)
-    drawn = sample(recipe, count + max(8, count // 4), seed + HELDOUT_SEED_OFFSET)
-    kept, seen, overlaps = [], set(), 0
-    for row in drawn:
-        question = row["prompt"][-1]["content"]
-        if question in trained or question in seen:
-            overlaps += question in trained
-            continue
-        seen.add(question)
-        kept.append({**outcome_row(row), "answer": row["answer"]})
-    kept = kept[:count]
+    kept, overlaps = unseen(sample(recipe, count + max(8, count // 4), seed + HELDOUT_SEED_OFFSET), trained)
+    kept = [{**outcome_row(row), "answer": row["answer"]} for row in kept[:count]]
     data = {"source": recipe.args.dataset, "split": "heldout", "seed": seed + HELDOUT_SEED_OFFSET,
             "training_seed": seed, "problems": len(kept), "rollouts_per_problem": settings["n"],
             "overlaps_dropped": overlaps, "sampling": settings,
@@ -160,10 +152,7 @@ def heldout_rollouts(recipe, count: int) -> tuple[list[dict[str, Any]], dict[str
 
 ROLLOUTS_SOURCE = DataSource(
     name="reasoning_gym_rollouts",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "completions", "rewards"),
-    normalize=None,
     generate=generate_rollouts,
     system_prompt_text=system_prompt_text,
     heldout_rollouts=heldout_rollouts,
@@ -171,10 +160,7 @@ ROLLOUTS_SOURCE = DataSource(
 
 STEPS_SOURCE = DataSource(
     name="reasoning_gym_steps",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "completions", "labels"),
-    normalize=None,
     generate=generate_steps,
     system_prompt_text=system_prompt_text,
     heldout_rollouts=heldout_rollouts,

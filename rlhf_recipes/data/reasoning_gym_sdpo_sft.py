@@ -47,17 +47,11 @@ def teacher_prompt(prompt: list[dict[str, str]], answer: str) -> list[dict[str, 
     return [*prompt[:-1], {"role": "user", "content": reprompt}]
 
 
-def _greedy_answers(recipe, prompts: list[list[dict[str, str]]]) -> list[dict]:
-    from rlhf_recipes.data.sampled_rollouts import generate_from
-    from rlhf_recipes.models import resolve_model_path
-
-    groups = generate_from(resolve_model_path(recipe.value("model_name_or_path")), prompts, n=1, batch_size=256,
-                           max_new_tokens=REPLAY_MAX_NEW_TOKENS, desc="replay: the starting model's greedy answers")
-    return [group[0] for group in groups]
-
-
 def generate(recipe) -> "Dataset":
     from datasets import Dataset
+
+    from rlhf_recipes.data.sampled_rollouts import generate_from
+    from rlhf_recipes.models import resolve_model_path
 
     where = recipe.source
     kwargs = dict(recipe.args.dataset_kwargs or {})
@@ -72,7 +66,12 @@ def generate(recipe) -> "Dataset":
         prompts.append(teacher_prompt(prompt, answer))
         completions.append(demonstration(answer))
     replay_prompts = rows["prompt"][n_teacher:]
-    replies = _greedy_answers(recipe, replay_prompts) if replay_prompts else []
+    replies = []
+    if replay_prompts:
+        groups = generate_from(resolve_model_path(recipe.value("model_name_or_path")), replay_prompts, n=1,
+                               batch_size=256, max_new_tokens=REPLAY_MAX_NEW_TOKENS,
+                               desc="replay: the starting model's greedy answers")
+        replies = [group[0] for group in groups]
     kept = [(p, r["text"]) for p, r in zip(replay_prompts, replies) if not r["truncated"]]
     logger.warning("%s: %d teacher-prompt rows, %d replay rows (%d replay answers ran out of %d tokens: dropped)",
                    where, n_teacher, len(kept), len(replies) - len(kept), REPLAY_MAX_NEW_TOKENS)
@@ -83,9 +82,6 @@ def generate(recipe) -> "Dataset":
 
 SOURCE = DataSource(
     name="reasoning_gym_sdpo_sft",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "completion"),
-    normalize=None,
     generate=generate,
 )

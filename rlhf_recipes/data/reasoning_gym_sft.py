@@ -78,9 +78,6 @@ def generate(recipe) -> "Dataset":
 
 SOURCE = DataSource(
     name="reasoning_gym_sft",
-    hub_id=None,
-    fixture=None,
     columns=("prompt", "completion"),
-    normalize=None,
     generate=generate,
 )

@@ -33,13 +33,13 @@ __all__ = ["DROP", "DataError", "DataSource", "SOURCES", "chat_prompt", "load_sp
 
 def _registry() -> dict[str, DataSource]:
     from rlhf_recipes.data import (
-        gsm8k, gsm8k_rollouts, hh_rlhf, hh_rlhf_prompts, no_robots, prm800k, reasoning_gym, reasoning_gym_preferences,
+        gsm8k, gsm8k_rollouts, hh_rlhf, no_robots, prm800k, reasoning_gym, reasoning_gym_preferences,
         reasoning_gym_rollouts, reasoning_gym_sdpo_sft, reasoning_gym_sft, ultrafeedback,
     )
 
     sources = [
         ultrafeedback.SOURCE, hh_rlhf.SOURCE,  # preference pairs (chapters 5 and 8)
-        reasoning_gym.SOURCE, gsm8k.SOURCE, hh_rlhf_prompts.SOURCE,  # prompts for policy gradients (chapter 6)
+        reasoning_gym.SOURCE, gsm8k.SOURCE, hh_rlhf.PROMPTS_SOURCE,  # prompts for policy gradients (chapter 6)
         gsm8k_rollouts.SOURCE, prm800k.SOURCE,  # outcome and process reward models (chapter 5)
         no_robots.SOURCE,  # instruction tuning, SFT (chapter 4)
         reasoning_gym_sft.SOURCE,  # SFT demonstrations of a reasoning-gym task (the nano base)
@@ -127,6 +127,24 @@ def normalize_and_count(dataset: "Dataset", source: DataSource, where: str, syst
 
     out = dataset.map(apply, with_indices=True, remove_columns=dataset.column_names, desc=f"normalize {source.name}")
     return out, counts
+
+
+def read_split(source: DataSource, split: str, fixture: str, count: int | None, system_prompt: str | None, *,
+               tiny: bool, hub_id: str | None = None, config: str | None = None) -> tuple[Dataset, str]:
+    """(the first `count` rows of a held-out split, normalized; where they were read): the shipped fixture file
+    of that split (the tiny profile), else the hub's split (`hub_id`, `config`: the source's unless given)."""
+    from datasets import load_dataset
+
+    if tiny:
+        where = str(FIXTURES / fixture)
+        raw = load_dataset("json", data_files=where, split="train")
+    else:
+        hub_id = hub_id or source.hub_id
+        where = f"{hub_id} [{split}]"
+        raw = load_dataset(hub_id, config or source.hub_config, split=split)
+    if count is not None:
+        raw = raw.select(range(min(count, len(raw))))
+    return normalize_rows(raw, source, where, system_prompt), where
 
 
 def _with_source_system_prompt(out: dict[str, Any], source: DataSource, system_prompt: str | None) -> dict[str, Any]:

@@ -45,11 +45,8 @@ def best_of_n(info: dict, model, tokenizer, rows: list[dict[str, Any]], batch_si
 
     prompts = [row["prompt"] for row in rows for _ in row["completions"]]
     completions = [c for row in rows for c in row["completions"]]
-    flat = score_completions(info, model, tokenizer, prompts, completions, batch_size)
-    scores, k = [], 0
-    for row in rows:
-        scores.append(flat[k:k + len(row["completions"])])
-        k += len(row["completions"])
+    flat = iter(score_completions(info, model, tokenizer, prompts, completions, batch_size))
+    scores = [[next(flat) for _ in row["completions"]] for row in rows]
     correct = [[float(r >= 0.5) for r in row["rewards"]] for row in rows]
     shown = []
     for row, s, y in list(zip(rows, scores, correct))[:samples]:

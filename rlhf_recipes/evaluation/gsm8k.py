@@ -19,34 +19,6 @@ from rlhf_recipes.evaluation.base import Evaluator, Scores
 DEFAULT_SPLIT = "test"
 
 
-def test_questions(recipe, split: str, count: int | None):
-    """The first `count` GSM8K questions of `split` (the tiny profile: the fixture file of that split)."""
-    from datasets import load_dataset
-
-    from rlhf_recipes.data.sources import FIXTURES, SOURCES, normalize_rows
-
-    source = SOURCES["gsm8k"]
-    if recipe.tiny:
-        where = str(FIXTURES / "gsm8k" / f"{split}.jsonl")
-        raw = load_dataset("json", data_files=where, split="train")
-    else:
-        where = f"{source.hub_id} [{split}]"
-        raw = load_dataset(source.hub_id, source.hub_config, split=split)
-    if count is not None:
-        raw = raw.select(range(min(count, len(raw))))
-    return normalize_rows(raw, source, where, recipe.args.system_prompt)
-
-
-def math_verify_correct(completion: str, gold: str) -> bool:
-    """math-verify's equivalence of the completion's final answer with the gold number."""
-    from math_verify import parse, verify
-
-    try:
-        return bool(verify(parse(gold), parse(completion)))
-    except Exception:  # a parser failing on odd text is a wrong answer, not a crash
-        return False
-
-
 def boxed_rule(recipe) -> str:
     """The recipe's \\boxed{} rule (rejection sampling's `boxed_rule`); the book's for recipes without one."""
     from custom_losses.rejection_sampling.grading import DEFAULT_BOXED_RULE
@@ -55,12 +27,18 @@ def boxed_rule(recipe) -> str:
 
 
 def grade(completion: str, gold: str, rule: str | None = None) -> dict[str, Any]:
+    from math_verify import parse, verify
+
     from custom_losses.rejection_sampling import grading
 
     rule = rule or grading.DEFAULT_BOXED_RULE
     predicted = grading.extract_answer(completion, rule)
-    return {"predicted": predicted, "correct": grading.is_correct(predicted, gold),
-            "math_verify": math_verify_correct(completion, gold), "boxed_rule": rule}
+    try:  # math-verify's equivalence of the completion's final answer with the gold number
+        equivalent = bool(verify(parse(gold), parse(completion)))
+    except Exception:  # a parser failing on odd text is a wrong answer, not a crash
+        equivalent = False
+    return {"predicted": predicted, "correct": grading.is_correct(predicted, gold), "math_verify": equivalent,
+            "boxed_rule": rule}
 
 
 class Gsm8kEvaluator(Evaluator):
@@ -74,9 +52,12 @@ class Gsm8kEvaluator(Evaluator):
         return self.options.num_problems or self.recipe.value("eval_questions")
 
     def build_data(self):
-        from rlhf_recipes.data import load_splits
+        from rlhf_recipes.data import SOURCES, load_splits
+        from rlhf_recipes.data.sources import read_split
 
-        rows = test_questions(self.recipe, self.split(), self.num_problems()).to_list()
+        # the first N questions of the split (the tiny profile: the fixture file of that split)
+        rows = read_split(SOURCES["gsm8k"], self.split(), f"gsm8k/{self.split()}.jsonl", self.num_problems(),
+                          self.recipe.args.system_prompt, tiny=self.recipe.tiny)[0].to_list()
         train = load_splits(self.recipe)[0]
         trained = {r["prompt"][-1]["content"] for r in train if isinstance(r.get("prompt"), list)}
         kept = [r for r in rows if r["prompt"][-1]["content"] not in trained]

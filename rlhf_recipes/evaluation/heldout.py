@@ -24,9 +24,7 @@ def prompt_key(row: dict[str, Any]) -> str:
 
 
 def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from datasets import load_dataset
-
-    from rlhf_recipes.data.sources import FIXTURES, SOURCES, _read, eval_split_seed, load_splits, normalize_rows
+    from rlhf_recipes.data.sources import SOURCES, _read, eval_split_seed, load_splits, normalize_rows, read_split
 
     args, source = recipe.args, SOURCES[recipe.args.dataset]
     if source.heldout is not None and not args.data_files:
@@ -44,16 +42,9 @@ def heldout_rows(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[
         split = "eval_fraction"
     elif source.heldout_split is not None and not args.data_files and (
             not recipe.tiny or source.heldout_fixture is not None):
-        if recipe.tiny:
-            where = str(FIXTURES / source.heldout_fixture)
-            raw = load_dataset("json", data_files=where, split="train")
-        else:
-            where = f"{args.dataset_name or source.hub_id} [{source.heldout_split}]"
-            raw = load_dataset(args.dataset_name or source.hub_id, args.dataset_config or source.hub_config,
-                               split=source.heldout_split)
-        if count is not None:
-            raw = raw.select(range(min(count, len(raw))))
-        rows = normalize_rows(raw, source, where, args.system_prompt).to_list()
+        rows, where = read_split(source, source.heldout_split, source.heldout_fixture, count, args.system_prompt,
+                                 tiny=recipe.tiny, hub_id=args.dataset_name, config=args.dataset_config)
+        rows = rows.to_list()
         construction, split = f"the dataset's {source.heldout_split} split ({where})", source.heldout_split
     elif args.num_samples is not None:
         raw, where = _read(source, recipe)

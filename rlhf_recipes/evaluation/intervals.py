@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,24 +20,16 @@ import numpy as np
 CONFIDENCE = 0.95
 BOOTSTRAP_DRAWS = 2000
 
-Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (values[draws, n], weights[draws, n]) -> [draws]
-
 
 def weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return (values * weights).sum(axis=-1) / np.maximum(weights.sum(axis=-1), 1e-12)
-
-
-def _z(confidence: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
 def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Wilson score interval for a binomial rate; (nan, nan) without trials."""
     if n <= 0:
         return math.nan, math.nan
-    z = _z(confidence)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     p = successes / n
     center = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlhf_recipes.evaluation.options import QUANTIZE, EvalError, EvalOptions
+from rlhf_recipes.evaluation.base import QUANTIZE, EvalError, EvalOptions
 
 logger = logging.getLogger(__name__)
 
@@ -54,23 +54,10 @@ def load_kwargs(recipe, options: EvalOptions) -> dict:
     return kwargs
 
 
-def tokenizer_for(path: str, recipe):
-    """The tokenizer saved with the model, else the recipe's (a checkpoint may hold none)."""
-    from transformers import AutoTokenizer
-
-    from rlhf_recipes.models import resolve_model_path
-
-    source = path if any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")) else \
-        resolve_model_path(recipe.value("model_name_or_path"))
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
 def load_causal_lm(path: str, recipe, options: EvalOptions):
-    """(causal LM in eval mode on the evaluation device, its tokenizer)."""
-    from transformers import AutoModelForCausalLM
+    """(causal LM in eval mode on the evaluation device, its tokenizer: the one saved with the model, else the
+    recipe's, as a checkpoint may hold none)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf_recipes.models import resolve_model_path
 
@@ -79,4 +66,9 @@ def load_causal_lm(path: str, recipe, options: EvalOptions):
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if "quantization_config" not in kwargs:
         model.to(device_of(options))
-    return model.eval(), tokenizer_for(path, recipe)
+    source = path if any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")) else \
+        resolve_model_path(recipe.value("model_name_or_path"))
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.eval(), tokenizer

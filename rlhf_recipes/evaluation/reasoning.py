@@ -32,7 +32,7 @@ class ReasoningGymEvaluator(Evaluator):
     splits = ("heldout", "validation")
 
     def build_data(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        from rlhf_recipes.data.reasoning_gym import build_rows, questions, training_seed
+        from rlhf_recipes.data.reasoning_gym import build_rows, questions, training_seed, unseen
 
         recipe, n = self.recipe, self.num_problems()
         if n > VALIDATION_FROM:
@@ -45,17 +45,7 @@ class ReasoningGymEvaluator(Evaluator):
         wanted = start + n  # distinct non-training problems of the draw, of which the last n are this split's
         size = wanted + max(8, wanted // 4)
         while True:
-            rows = build_rows(recipe, size, heldout_seed)
-            kept, overlaps, seen = [], 0, set()
-            for row in rows:
-                question = row["prompt"][-1]["content"]
-                if question in trained or question in seen:  # a training prompt, or a repeat: draw another
-                    overlaps += question in trained
-                    continue
-                seen.add(question)
-                kept.append(row)
-                if len(kept) == wanted:
-                    break
+            kept, overlaps = unseen(build_rows(recipe, size, heldout_seed), trained, wanted)
             if len(kept) == wanted or size >= 16 * (wanted + 8):
                 break
             size *= 2

@@ -16,27 +16,40 @@ from typing import Any
 from rlhf_recipes.data.sources import FIXTURES
 
 
-def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict[str, Any]:
-    """The book's evaluation numbers on a tokenized split (every process scores all of it)."""
-    from custom_losses.reward_models.losses import preference_metrics, rollout_metrics, step_metrics
-    from rewards.reward_model_scoring import rollout_rewards, sequence_rewards, step_probabilities
+def pair_rewards(model, dataset, pad_id: int, batch_size: int) -> tuple[list[float], list[float]]:
+    """The rewards of a tokenized preference split's chosen and of its rejected sequences."""
+    from rewards.reward_model_scoring import sequence_rewards
 
-    pad_id = tokenizer.pad_token_id
-    kind = info["kind"]
-    if kind == "preference":
-        chosen, rejected = list(dataset["chosen_ids"]), list(dataset["rejected_ids"])
-        rewards = sequence_rewards(model, chosen + rejected, pad_id, batch_size)
-        return preference_metrics(rewards[: len(chosen)], rewards[len(chosen):])
-    if kind == "outcome":
-        scores = rollout_rewards(model, list(dataset["input_ids"]), list(dataset["completion_mask"]), pad_id,
-                                 batch_size, info.get("score_reduction", "last"))
-        return rollout_metrics(scores, dataset["rewards"], dataset["group"])
+    chosen, rejected = list(dataset["chosen_ids"]), list(dataset["rejected_ids"])
+    rewards = sequence_rewards(model, chosen + rejected, pad_id, batch_size)
+    return rewards[: len(chosen)], rewards[len(chosen):]
+
+
+def step_predictions(model, dataset, pad_id: int, batch_size: int) -> tuple[list[int], list[int]]:
+    """(the argmax of bad/neutral/good, the label) at every labelled step of a tokenized process split."""
+    from rewards.reward_model_scoring import step_probabilities
+
     ids, labels = list(dataset["input_ids"]), list(dataset["labels"])
     positions = [[i for i, y in enumerate(lab) if y != -100] for lab in labels]
     probs = step_probabilities(model, ids, positions, pad_id, batch_size)
     predictions = [max(range(3), key=p.__getitem__) for row in probs for p in row]
-    truth = [lab[i] for lab, pos in zip(labels, positions) for i in pos]
-    return step_metrics(predictions, truth)
+    return predictions, [lab[i] for lab, pos in zip(labels, positions) for i in pos]
+
+
+def evaluate(info: dict, model, tokenizer, dataset, batch_size: int = 8) -> dict[str, Any]:
+    """The book's evaluation numbers on a tokenized split (every process scores all of it)."""
+    from custom_losses.reward_models.losses import preference_metrics, rollout_metrics, step_metrics
+    from rewards.reward_model_scoring import rollout_rewards
+
+    pad_id = tokenizer.pad_token_id
+    kind = info["kind"]
+    if kind == "preference":
+        return preference_metrics(*pair_rewards(model, dataset, pad_id, batch_size))
+    if kind == "outcome":
+        scores = rollout_rewards(model, list(dataset["input_ids"]), list(dataset["completion_mask"]), pad_id,
+                                 batch_size, info.get("score_reduction", "last"))
+        return rollout_metrics(scores, dataset["rewards"], dataset["group"])
+    return step_metrics(*step_predictions(model, dataset, pad_id, batch_size))
 
 
 _EXPLAIN_PROMPT = "Explain what a prime number is, in simple terms."
@@ -66,6 +79,13 @@ def _clip(text: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def _pair_item(what: str, prompt, better, worse, scores: list[float], k: int) -> dict[str, Any]:
+    """The k-th scored (better, worse) pair of `scores` (better at 2k, worse at 2k + 1)."""
+    sa, sb = scores[2 * k], scores[2 * k + 1]
+    return {"example": what, "prompt": _clip(prompt), "better": _clip(better), "worse": _clip(worse),
+            "score_better": round(sa, 4), "score_worse": round(sb, 4), "prefers_better": sa > sb}
+
+
 def shows_book_demo(recipe) -> bool:
     """The demo scores GSM8K solutions and a written explanation: it says nothing about an RM trained on data a
     source generates from a task (the nano profile's rollouts and pairs sampled from a policy), whose held-out
@@ -83,7 +103,6 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
 
     kind, pad_id = info["kind"], tokenizer.pad_token_id
     max_length, mode = info.get("max_length"), info.get("truncation_mode", "keep_start")
-    items: list[dict[str, Any]] = []
     if kind == "preference":
         pairs = [("written: a good vs a poor explanation", [{"role": "user", "content": _EXPLAIN_PROMPT}],
                   [{"role": "assistant", "content": _GOOD_EXPLANATION}],
@@ -93,11 +112,7 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
             pairs.append((f"held-out pair {i} (chosen vs rejected)", row.get("prompt"), row["chosen"], row["rejected"]))
         seqs = [truncate(encode_sequence(tokenizer, p, c), max_length, mode) for _, p, a, b in pairs for c in (a, b)]
         scores = sequence_rewards(model, seqs, pad_id)
-        for k, (what, prompt, a, b) in enumerate(pairs):
-            sa, sb = scores[2 * k], scores[2 * k + 1]
-            items.append({"example": what, "prompt": _clip(prompt), "better": _clip(a), "worse": _clip(b),
-                          "score_better": round(sa, 4), "score_worse": round(sb, 4), "prefers_better": sa > sb})
-        return items
+        return [_pair_item(what, prompt, a, b, scores, k) for k, (what, prompt, a, b) in enumerate(pairs)]
 
     questions = _gsm8k_demo_questions()
     if kind == "outcome":
@@ -110,12 +125,8 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
                 seqs.append(truncate(ids, max_length, mode))
                 masks.append(truncate(mask, max_length, mode))
         scores = rollout_rewards(model, seqs, masks, pad_id, reduction=info.get("score_reduction", "last"))
-        for k, (question, good, bad, what) in enumerate(questions):
-            sa, sb = scores[2 * k], scores[2 * k + 1]
-            items.append({"example": f"GSM8K test: correct vs perturbed ({what})", "prompt": _clip(question),
-                          "better": _clip(good), "worse": _clip(bad), "score_better": round(sa, 4),
-                          "score_worse": round(sb, 4), "prefers_better": sa > sb})
-        return items
+        return [_pair_item(f"GSM8K test: correct vs perturbed ({what})", question, good, bad, scores, k)
+                for k, (question, good, bad, what) in enumerate(questions)]
 
     # process: per-step P(good) of a correct and a perturbed solution, split one line per step
     template, sep = info["prompt_template"], info["step_separator"]
@@ -128,6 +139,7 @@ def demo(info: dict, model, tokenizer, eval_rows=None, system_prompt: str | None
             traces.append((f"GSM8K test, {label}", question, steps))
     encoded = [encode_steps(tokenizer, q, s, template, sep) for _, q, s in traces]
     probs = step_probabilities(model, [e[0] for e in encoded], [e[1] for e in encoded], pad_id)
+    items = []
     for (what, question, steps), p in zip(traces, probs):
         p_good = [round(x[2], 4) for x in p]
         p_bad = [round(x[0], 4) for x in p]

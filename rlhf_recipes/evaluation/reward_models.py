@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhf_recipes.data.reward_model_examples import reward_model_info, rm_kind, tokenize_split
 from rlhf_recipes.evaluation.base import EvalError, Evaluator, Scores
+from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, pair_rewards, shows_book_demo, step_predictions
 
 
 class RewardModelEvaluator(Evaluator):
@@ -63,9 +65,6 @@ class RewardModelEvaluator(Evaluator):
             self._selection_rows = source.heldout_rollouts(self.recipe, self.options.num_problems or 200)
         return self._selection_rows
 
-    def kind_of_recipe(self) -> str:
-        return type(self.recipe.training).rm_kind
-
     def load(self, path: str):
         from rewards.reward_model_scoring import load_reward_model
         from rlhf_recipes.evaluation.loading import device_of, load_kwargs
@@ -78,9 +77,9 @@ class RewardModelEvaluator(Evaluator):
                 model.to(device_of(self.options))
         except ValueError as e:
             raise EvalError(str(e)) from None
-        if info["kind"] != self.kind_of_recipe():
+        if info["kind"] != rm_kind(self.recipe):
             raise EvalError(f"{path} is a {info['kind']} reward model but {self.recipe.source} trains a "
-                            f"{self.kind_of_recipe()} one (algorithm {self.recipe.algorithm.name}); pass the recipe "
+                            f"{rm_kind(self.recipe)} one (algorithm {self.recipe.algorithm.name}); pass the recipe "
                             "it was trained with")
         model.reward_model_info = info
         return model.eval(), tokenizer
@@ -88,7 +87,6 @@ class RewardModelEvaluator(Evaluator):
     def load_baseline(self, path: str):
         """The starting model with the head training began from (the family's own seeded initialisation)."""
         from rlhf_recipes.evaluation.loading import device_of
-        from rlhf_recipes.data.reward_model_examples import reward_model_info
         from rlhf_recipes.models import load_tokenizer
 
         from transformers.utils import logging as hf_logging
@@ -103,22 +101,7 @@ class RewardModelEvaluator(Evaluator):
         model.reward_model_info = reward_model_info(self.recipe)
         return model.to(device_of(self.options)).eval(), tokenizer
 
-    def _step_hits(self, model, tokenizer, dataset) -> list[float]:
-        """1 where the argmax of bad/neutral/good at a labelled step is its label (the book's step accuracy)."""
-        from rewards.reward_model_scoring import step_probabilities
-
-        labels = list(dataset["labels"])
-        positions = [[i for i, y in enumerate(lab) if y != -100] for lab in labels]
-        probs = step_probabilities(model, list(dataset["input_ids"]), positions, tokenizer.pad_token_id,
-                                   self.options.batch_size)
-        predicted = [max(range(3), key=p.__getitem__) for row in probs for p in row]
-        truth = [lab[i] for lab, pos in zip(labels, positions) for i in pos]
-        return [float(a == b) for a, b in zip(predicted, truth)]
-
     def score(self, model, tokenizer) -> Scores:
-        from rewards.reward_model_scoring import sequence_rewards
-        from rlhf_recipes.data.reward_model_examples import reward_model_info, tokenize_split
-        from rlhf_recipes.evaluation.reward_model_book import demo, evaluate, shows_book_demo
 
         rows, data = self.data()
         info = getattr(model, "reward_model_info", None) or reward_model_info(self.recipe)
@@ -128,18 +111,18 @@ class RewardModelEvaluator(Evaluator):
         per_problem: dict[str, list[float]] = {}
         fixed: dict[str, float] = {}
         if info["kind"] == "preference":
-            chosen, rejected = list(dataset["chosen_ids"]), list(dataset["rejected_ids"])
-            rewards = sequence_rewards(model, chosen + rejected, tokenizer.pad_token_id, self.options.batch_size)
+            chosen, rejected = pair_rewards(model, dataset, tokenizer.pad_token_id, self.options.batch_size)
             from custom_losses.reward_models.losses import preference_metrics
 
-            details["evaluation"] = preference_metrics(rewards[:len(chosen)], rewards[len(chosen):])
-            margins = [c - r for c, r in zip(rewards[:len(chosen)], rewards[len(chosen):])]
+            details["evaluation"] = preference_metrics(chosen, rejected)
+            margins = [c - r for c, r in zip(chosen, rejected)]
             per_problem = {"accuracy": [float(m > 0) for m in margins], "margin": margins}
         else:
             details["evaluation"] = evaluate(info, model, tokenizer, dataset, self.options.batch_size)
             fixed = {k: float(v) for k, v in details["evaluation"].items() if isinstance(v, (int, float))}
             if info["kind"] == "process":  # step accuracy per labelled step, so it gets a Wilson interval
-                per_problem = {"step_accuracy": self._step_hits(model, tokenizer, dataset)}
+                predicted, truth = step_predictions(model, dataset, tokenizer.pad_token_id, self.options.batch_size)
+                per_problem = {"step_accuracy": [float(a == b) for a, b in zip(predicted, truth)]}
                 fixed.pop("step_accuracy", None)
         details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt) \
             if shows_book_demo(self.recipe) else []

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import datetime
-import gc
 import logging
 import time
 from typing import Any
 
 from rlhf_recipes.evaluation.base import EvalOptions, Evaluator, Scores, difference, summarize
+from rlhf_recipes.generation import free_memory
 from rlhf_recipes.json_safe import json_safe
 
 logger = logging.getLogger(__name__)
@@ -48,18 +48,9 @@ def _timed_score(evaluator: Evaluator, model, tokenizer) -> Scores:
     return scores
 
 
-def _free() -> None:
-    """Give back the memory of models the caller has just dropped (one model at a time on the device)."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int) -> dict[str, float] | None:
     """KL(unquantized || quantized) per token, on the unquantized model's greedy completions of the prompts."""
-    from rlhf_recipes.generation import generate, pair_kl, prompt_text
+    from rlhf_recipes.generation import generate, pair_kl, prompt_ids
 
     prompts = evaluator.prompts()
     if prompts is None:
@@ -68,9 +59,9 @@ def quantization_kl(evaluator: Evaluator, full, quantized, tokenizer, seed: int)
     chats = chats[:KL_PROMPTS]
     outputs = generate(full, tokenizer, chats, n=1, batch_size=evaluator.options.batch_size,
                        max_new_tokens=max_new_tokens, chat_template_kwargs=kwargs, desc="KL completions", seed=seed)
-    prompt_ids = [tokenizer(prompt_text(tokenizer, c, kwargs), add_special_tokens=False)["input_ids"] for c in chats]
-    kl = pair_kl(full, quantized, prompt_ids, [o[0]["ids"] for o in outputs], tokenizer.pad_token_id,
-                 evaluator.options.batch_size, device="cpu")  # a real vocabulary's log-probs, twice: host memory
+    # on the host: a real vocabulary's log-probs, twice
+    kl = pair_kl(full, quantized, prompt_ids(tokenizer, chats, kwargs), [o[0]["ids"] for o in outputs],
+                 tokenizer.pad_token_id, evaluator.options.batch_size, device="cpu")
     tokens = sum(n for _, _, n in kl)
     return {"kl_per_token": sum(v for v, _, _ in kl) / max(tokens, 1),
             "kl_per_sequence": sum(v for v, _, _ in kl) / max(len(kl), 1), "kl_prompts": len(kl), "kl_tokens": tokens}
@@ -103,7 +94,7 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         base_model, base_tokenizer = evaluator.load_baseline(before_path)
         before = _timed_score(evaluator, base_model, base_tokenizer)
         del base_model, base_tokenizer
-        _free()
+        free_memory()
     model, tokenizer = evaluator.load(model_path)
     after = _timed_score(evaluator, model, tokenizer)
     if comparison == "quantization":
@@ -112,7 +103,7 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
             after.fixed.update(kl)
             before.fixed.update({k: 0.0 for k in kl if k.startswith("kl_per")})
         del full_model
-        _free()
+        free_memory()
 
     metrics, bounds = summarize(after, options.seed)
     result: dict[str, Any] = {

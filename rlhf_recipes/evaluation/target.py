@@ -145,29 +145,24 @@ class HeldoutTarget(PeriodicEvaluation):
             step, value = self.rule.chosen()  # TargetMissed fails the build, with the curve
             model.load_state_dict(self.kept)  # the runner saves the model after this: the kept checkpoint
             interval, curve = self.kept_interval, self.rule.curve
-        write_record(Path(args.output_dir), self.goal, self.evaluator, step, value, interval, curve,
-                     state.global_step, self.built_by)
+        import torch
 
-
-def write_record(folder: Path, goal: Goal, evaluator, step: int, value: float, interval: dict, curve, trained: int,
-                 built_by: dict[str, Any]) -> None:
-    import torch
-
-    _, data = evaluator.data()
-    record = {
-        "what": f"held-out {goal.metric} of this model, measured while it was built (greedy, "
-                f"`rlhf-recipes evaluate MODEL --recipe recipes/{goal.recipe}.yaml --profile nano "
-                f"--num_problems {goal.problems} --batch_size {evaluator.options.batch_size}"
-                + (" --split validation" if goal.split == "validation" else "") + "` gives the same)",
-        "metric": goal.metric, "value": value, "interval": [interval["low"], interval["high"]],
-        "interval_method": interval["method"], "step": step, "steps_trained": trained, "goal": goal.describe(),
-        "rule": "closest to target inside band, stop at the first evaluation above it" if goal.target is not None
-        else "no target: trained the recipe's steps, measured at the end",
-        "curve": [[s, v] for s, v in curve], "heldout": data, "built_by": built_by,
-        "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                    "processor": processor()},
-    }
-    (folder / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        goal, (_, data) = self.goal, self.evaluator.data()
+        record = {
+            "what": f"held-out {goal.metric} of this model, measured while it was built (greedy, "
+                    f"`rlhf-recipes evaluate MODEL --recipe recipes/{goal.recipe}.yaml --profile nano "
+                    f"--num_problems {goal.problems} --batch_size {self.evaluator.options.batch_size}"
+                    + (" --split validation" if goal.split == "validation" else "") + "` gives the same)",
+            "metric": goal.metric, "value": value, "interval": [interval["low"], interval["high"]],
+            "interval_method": interval["method"], "step": step, "steps_trained": state.global_step,
+            "goal": goal.describe(),
+            "rule": "closest to target inside band, stop at the first evaluation above it" if goal.target is not None
+            else "no target: trained the recipe's steps, measured at the end",
+            "curve": [[s, v] for s, v in curve], "heldout": data, "built_by": self.built_by,
+            "machine": {"torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                        "processor": processor()},
+        }
+        (Path(args.output_dir) / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
 def processor() -> str:

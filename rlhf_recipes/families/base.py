@@ -80,8 +80,11 @@ class Family:
 
     def evaluator(self, recipe, options):
         """The held-out evaluation of this family's runs (rlhf_recipes/evaluation/), for `rlhf-recipes evaluate`
-        and `eval_every`; None: the family has none."""
-        return None
+        and `eval_every`: by default the task's held-out problems (reasoning-gym, another seed, or GSM8K's test
+        split); None: the recipe's task has none."""
+        from rlhf_recipes.evaluation import task_evaluator
+
+        return task_evaluator(recipe, options)
 
     def held_out_evaluator(self, recipe, options):
         """`evaluator`, checked (EvalError before any model loads), or an EvalError saying there is none."""

@@ -93,12 +93,6 @@ class PolicyGradient(Family):
             results.update(trainer.rollout_summary())
         return results
 
-    def evaluator(self, recipe, options):
-        """The task's held-out problems: reasoning-gym (another seed) or GSM8K's test split."""
-        from rlhf_recipes.evaluation import task_evaluator
-
-        return task_evaluator(recipe, options)
-
 
 def reward_funcs(args) -> list:
     """The config's reward functions, named in `reward_funcs`, as the callables the trainer takes

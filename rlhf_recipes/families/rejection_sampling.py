@@ -28,14 +28,13 @@ not the stage (rejection_sampling_stages.py); the result does not depend on the 
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from rewards.reward_model import RM_PREFIX
-from rlhf_recipes.generation import generate
+from rlhf_recipes.generation import free_memory, generate
 from rlhf_recipes.families.base import BookFigure
 from rlhf_recipes.families.rejection_sampling_stages import Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage
 from rlhf_recipes.families.sft import SupervisedFineTuning
@@ -45,14 +44,6 @@ logger = logging.getLogger(__name__)
 ROLLOUTS, SCORED, SELECTION = "rollouts.jsonl", "scored.jsonl", "selection.jsonl"
 EVAL_BASE, EVAL_TUNED = "eval_base.jsonl", "eval_tuned.jsonl"
 TINY_RM = "tiny"
-
-
-def _free() -> None:
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 # --- stage 2: the reward model ---------------------------------------------------------------
@@ -165,7 +156,10 @@ class RejectionSampling(SupervisedFineTuning):
                                chat_template_kwargs={"enable_thinking": cfg.enable_thinking}, desc="generate",
                                seed=chunk_seed(cfg.seed, first), temperature=cfg.rollout_temperature,
                                top_p=cfg.rollout_top_p, top_k=cfg.rollout_top_k, min_p=cfg.rollout_min_p or None)
-            return [{"question": chats[i][-1]["content"], "answer": rows[i]["answer"], "columns": task_columns(rows[i]),
+            # "columns": what a prompt row carries for its task's checker besides the prompt and the answer
+            # (reasoning-gym's rg_dataset and rg_index), kept with each rollout so that a verifier can score it later
+            return [{"question": chats[i][-1]["content"], "answer": rows[i]["answer"],
+                     "columns": {k: v for k, v in rows[i].items() if k not in ("prompt", "answer")},
                      "completions": [s["text"] for s in group], "truncated": [s["truncated"] for s in group]}
                     for i, group in zip(chunk, samples)]
 
@@ -178,17 +172,14 @@ class RejectionSampling(SupervisedFineTuning):
 
         def scored():
             if cfg.reward_func is not None:  # the task's own checker (the nano profile): no model to load
-                rewards = verifier_scores(cfg.reward_func, generated)
-                per_prompt, k = [], 0
-                for rec in generated:
-                    per_prompt.append(rewards[k:k + len(rec["completions"])])
-                    k += len(rec["completions"])
+                rewards = iter(verifier_scores(cfg.reward_func, generated))
+                per_prompt = [[next(rewards) for _ in rec["completions"]] for rec in generated]
             else:
                 per_prompt = [r["rewards"] for r in sharded("2-3 score", generated, cfg.rollout_batch_size,
                                                             score_chunk, procs, parts_dir(out / SCORED))]
                 if "rm" in loaded:
                     del loaded["rm"]
-                    _free()
+                    free_memory()
             return [{**rec, "rewards": r} for rec, r in zip(generated, per_prompt)]
 
         loaded: dict[str, Any] = {}  # the reward model, loaded by a process at its first chunk to score
@@ -200,12 +191,8 @@ class RejectionSampling(SupervisedFineTuning):
             rm, rm_tokenizer = loaded["rm"]
             flat = [[*chats[first + j], {"role": "assistant", "content": c}]
                     for j, rec in enumerate(records) for c in rec["completions"]]
-            rewards, k = score(rm, rm_tokenizer, flat, cfg.score_batch_size), 0
-            out_rows = []
-            for rec in records:
-                out_rows.append({"rewards": rewards[k:k + len(rec["completions"])]})
-                k += len(rec["completions"])
-            return out_rows
+            rewards = iter(score(rm, rm_tokenizer, flat, cfg.score_batch_size))
+            return [{"rewards": [next(rewards) for _ in rec["completions"]]} for rec in records]
 
         records = stage(out / SCORED, "2-3 score and cache", scored, processes=procs,
                         parts=None if cfg.reward_func is not None else parts_dir(out / SCORED))
@@ -238,20 +225,15 @@ class RejectionSampling(SupervisedFineTuning):
         logger.info("rejection sampling: %s", self.stage_stats)
         return selection
 
-    @staticmethod
-    def chat(recipe, question: str) -> list[dict[str, str]]:
-        """[system, question] as the data source built the prompt (a named system prompt resolved to its text)."""
-        from rlhf_recipes.data.sources import chat_prompt
-
-        return chat_prompt(recipe, question)
-
     def sft_rows(self, recipe, selection):
         """Stage 5's rows: prompt = [system, question] rendered with enable_thinking as in generation (so an
         empty think block is prompt), completion = the selected completion (TRL adds its end token)."""
         from datasets import Dataset
 
+        from rlhf_recipes.data.sources import chat_prompt  # [system, question] as the data source builds it
+
         kwargs = {"enable_thinking": recipe.training.enable_thinking}
-        return Dataset.from_list([{"prompt": self.chat(recipe, s["question"]),
+        return Dataset.from_list([{"prompt": chat_prompt(recipe, s["question"]),
                                    "completion": [{"role": "assistant", "content": s["completion"]}],
                                    "chat_template_kwargs": kwargs} for s in selection])
 
@@ -326,12 +308,6 @@ class RejectionSampling(SupervisedFineTuning):
         from rlhf_recipes.evaluation import task_evaluator
 
         return task_evaluator(recipe, options)
-
-
-def task_columns(row: dict[str, Any]) -> dict[str, Any]:
-    """What a prompt row carries for its task's checker besides the prompt and the answer (reasoning-gym's
-    rg_dataset and rg_index); kept with each rollout so that a verifier can score it later."""
-    return {k: v for k, v in row.items() if k not in ("prompt", "answer")}
 
 
 def verifier_scores(name: str, records: list[dict[str, Any]]) -> list[float]:

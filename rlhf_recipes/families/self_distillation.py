@@ -37,11 +37,5 @@ class SelfDistillation(Family):
             results["prompt_draws"] = trainer.draw_summary()
         return results
 
-    def evaluator(self, recipe, options):
-        """The task's held-out problems: reasoning-gym (another seed) or GSM8K's test split."""
-        from rlhf_recipes.evaluation import task_evaluator
-
-        return task_evaluator(recipe, options)
-
 
 FAMILY = SelfDistillation()
