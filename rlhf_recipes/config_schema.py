@@ -227,18 +227,13 @@ def _int(value: Any) -> int:
         raise Mismatch
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     if isinstance(value, str):
         try:
             return int(value)
         except ValueError:
-            try:
-                f = float(value)
-            except ValueError as e:
-                raise Mismatch from e
-            if f.is_integer():
-                return int(f)
+            value = _float(value)  # "1e3": a whole number written as a float
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     raise Mismatch
 
 

@@ -4,7 +4,7 @@ A result file (final_results.json, config.yaml, an evaluation's JSON) is written
 same folder, flushed to disk, then renamed over its name: the rename is atomic, so a reader (rlhf-recipes
 runs, --resume, a sweep) sees the old file or the new one, never a 0-byte or truncated one. On a full disk the
 write fails before the rename and the temporary file is removed. Appending metrics rows stays as it is: a
-torn last row is skipped where rows are read (report.read_metrics).
+torn last row is skipped where rows are read (run_folder.read_metrics).
 """
 
 from __future__ import annotations

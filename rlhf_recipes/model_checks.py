@@ -21,13 +21,12 @@ def model_config(name: str | None) -> dict[str, Any] | None:
     """The model's config.json as a dict, or None where it cannot be read without a download."""
     if not name:
         return None
-    from rlhf_recipes.models import EMBEDDED, NANO, NANO_INIT, NANO_SDPO, TINY
+    from rlhf_recipes.models import EMBEDDED, TINY
 
     if name in EMBEDDED:
         if name == TINY:
             from rlhf_recipes.tiny import MODEL_SHAPE
-        else:
-            assert name in (NANO, NANO_INIT, NANO_SDPO)
+        else:  # every nano model
             from rlhf_recipes.nano import MODEL_SHAPE
         return {"model_type": "qwen3", **MODEL_SHAPE}
     folder = Path(name).expanduser()

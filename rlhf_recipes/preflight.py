@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.paths import unwritable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +110,15 @@ def wandb_api_key_source() -> tuple[str | None, str | None]:
         from wandb.sdk.lib import wbauth
         from wandb.sdk.wandb_settings import Settings
     except ImportError:
-        return _wandb_api_key_source_plain()
-
+        wbauth = None
     key = os.environ.get("WANDB_API_KEY")
     if key:
-        problem = wbauth.check_api_key(key)
+        problem = wbauth.check_api_key(key) if wbauth is not None else None
         return "WANDB_API_KEY", (f"WANDB_API_KEY: {problem}" if problem else None)
     if os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return "WANDB_IDENTITY_TOKEN_FILE", None
+    if wbauth is None:
+        return _netrc_api_key_source()
     settings = Settings()
     config_dir = os.environ.get("WANDB_CONFIG_DIR")
     settings.settings_system = str(Path(config_dir or "~/.config/wandb").expanduser() / "settings")
@@ -132,15 +135,12 @@ def wandb_api_key_source() -> tuple[str | None, str | None]:
     return None, None
 
 
-def _wandb_api_key_source_plain() -> tuple[str | None, str | None]:
-    """wandb_api_key_source for a wandb without the readers it uses: the environment, then the netrc entry for
-    WANDB_BASE_URL's host (api.wandb.ai by default), as every wandb release has read them."""
+def _netrc_api_key_source() -> tuple[str | None, str | None]:
+    """wandb_api_key_source's netrc entry for a wandb without the readers it uses: the one for WANDB_BASE_URL's host
+    (api.wandb.ai by default), as every wandb release has read it."""
     import netrc
     from urllib.parse import urlparse
 
-    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
-        if os.environ.get(name):
-            return name, None
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
     try:
         entry = netrc.netrc(os.environ.get("NETRC") or None).authenticators(host)
@@ -292,6 +292,17 @@ def no_gpu_fix() -> str:
 # Disk
 
 
+def check_output_dir(recipe) -> str:
+    """The recipe's output_dir, refused in one line when it cannot be written (the run's validation.check_inputs
+    and `rlhf-recipes preflight` both refuse with this line)."""
+    folder = recipe.value("output_dir")
+    problem = unwritable_reason(folder)
+    if problem:
+        raise RecipeError(f"{recipe.where('output_dir')} {folder} cannot be written: {problem}. Pick another "
+                          "--output_dir")
+    return folder
+
+
 def checkpoint_count(recipe) -> int | None:
     """How many checkpoints the run keeps at most: save_total_limit, else every save it will make (None: unknown,
     an epoch-based run whose steps depend on the data)."""
@@ -313,7 +324,7 @@ def checkpoint_bytes(recipe, params: int, trainable: int | None = None, deepspee
     """One checkpoint of the run: the weights in their dtype, and the optimizer's state for what trains (AdamW: two
     states in the weights' dtype; DeepSpeed: an fp32 master copy and two fp32 states); PPO's separate value model
     doubles it."""
-    p = 4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2
+    p = _bytes_per_weight(recipe)
     trainable = params if trainable is None else trainable
     deepspeed = deepspeed_launch() if deepspeed is None else deepspeed
     optimizer = trainable * (12 if deepspeed else 2 * p)
@@ -324,8 +335,8 @@ def checkpoint_bytes(recipe, params: int, trainable: int | None = None, deepspee
     return int(size)
 
 
-def final_model_bytes(recipe, params: int) -> int:
-    return params * (4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2)
+def _bytes_per_weight(recipe) -> int:
+    return 4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2
 
 
 def disk_finding(recipe, params: int | None = None, trainable: int | None = None,
@@ -344,7 +355,7 @@ def disk_finding(recipe, params: int | None = None, trainable: int | None = None
         return None
     kept = checkpoint_count(recipe)
     each = checkpoint_bytes(recipe, params, trainable, deepspeed)
-    final = final_model_bytes(recipe, params)
+    final = params * _bytes_per_weight(recipe)
     folder = recipe.value("output_dir")
     if kept == 0:
         need, what = final, "its final model"
@@ -353,13 +364,13 @@ def disk_finding(recipe, params: int | None = None, trainable: int | None = None
                                     "number grows with the data) and the final model")
     else:
         need, what = kept * each + final, f"{kept} checkpoint(s) of ~{each / GB:.1f} GB and the final model"
-    fix = "free space there, set --output_dir on a larger disk, or keep fewer checkpoints (--save_total_limit 1)"
+    fix = "Free space there, set --output_dir on a larger disk, or keep fewer checkpoints (--save_total_limit 1)"
     if kept and free < each:
         return Finding(STOP, "disk", f"{folder}: {free / GB:.1f} GB free, but one checkpoint takes ~{each / GB:.1f} "
-                                     f"GB: the first save would fail. {fix[0].upper()}{fix[1:]}")
+                                     f"GB: the first save would fail. {fix}")
     if free < need:
         return Finding(WARN, "disk", f"{folder}: {free / GB:.1f} GB free; the run writes {what}: ~{need / GB:.1f} GB. "
-                                     f"{fix[0].upper()}{fix[1:]}")
+                                     f"{fix}")
     return Finding(OK, "disk", f"{folder}: {free / GB:.0f} GB free; the run writes {what}: ~{need / GB:.1f} GB")
 
 
@@ -400,11 +411,7 @@ def cached_parameter_count(model: Any) -> int | None:
         for file in files:
             with safe_open(str(file), framework="numpy") as f:
                 for name in f.keys():
-                    shape = f.get_slice(name).get_shape()
-                    n = 1
-                    for d in shape:
-                        n *= d
-                    total += n
+                    total += math.prod(f.get_slice(name).get_shape())
         return total
     except Exception:  # a weights file safetensors cannot read: the run will say so when it loads it
         return None

@@ -27,6 +27,7 @@ import warnings
 
 NOISE_LOGS = {
     "bitsandbytes": "from kernels-community",
+    "bitsandbytes.backends.cpu.ops": "from kernels-community",
     "DeepSpeed": "Setting accelerator to CPU",
     "transformers.trainer": "missing keys in the checkpoint model loaded: ['lm_head.weight']",
 }
@@ -37,23 +38,11 @@ NOISE_WARNINGS = (
 )
 
 
-class _Drop(logging.Filter):
-    def __init__(self, text: str):
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
-
-
 def quiet_known_noise() -> None:
     if os.environ.get("LOGLEVEL", "").upper() == "DEBUG":
         return
     for name, text in NOISE_LOGS.items():
-        log = logging.getLogger(name)
-        log.addFilter(_Drop(text))
-        for child in ("backends.cpu.ops",) if name == "bitsandbytes" else ():
-            logging.getLogger(f"{name}.{child}").addFilter(_Drop(text))
+        logging.getLogger(name).addFilter(lambda record, text=text: text not in record.getMessage())
     for pattern in NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # simpo runs TRL's experimental CPOTrainer on purpose

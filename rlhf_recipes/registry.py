@@ -26,7 +26,6 @@ from rlhf_recipes.families import (direct_alignment, policy_gradient, rejection_
 from rlhf_recipes.families.base import Family
 
 
-
 class Fixed(NamedTuple):
     """A key the algorithm's loss does not read: only `accepted` is taken (another value is refused, saying `why`),
     while every key of `when` has that value (an empty `when`: always)."""
@@ -165,8 +164,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         Algorithm(
             # Reference-free on BookDPOTrainer (averaged log-probs, DPOTrainer's keep_end left cut, as the book);
-            # TRL's CPOTrainer would keep the prompt and cut the response's end. Its rewards/margins are
-            # beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
+            # TRL's CPOTrainer would keep the prompt and cut the response's end.
             "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
         ),
@@ -240,7 +238,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         ),
         Algorithm(
             "dapo", **_policy_gradient(middle=("rewards/overlong_penalty_reward/mean",
-                                                           "dynamic_sampling/kept_groups_first_round")),
+                                               "dynamic_sampling/kept_groups_first_round")),
             paper="Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
             # TRL's bnpo is the book's token mean over the micro-batch (TRL's `dapo` normalizes
             # over the whole accumulated batch instead).
@@ -263,7 +261,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "Ouyang et al. 2022 (InstructGPT)",
             # A value model (a copy of the policy with a Linear(hidden, 1) head), GAE (gamma 1.0, lambda 0.98,
             # no whitening), grpo's clipped term + 0.5 x clipped value loss (0.4), seq-mean of the sum;
-            # KL (beta 0) in the reward. Book run ku3r3g9j.
+            # KL (beta 0) in the reward.
             defaults={"advantage_estimator": "raw", "loss_type": "grpo", "importance_sampling_level": "token",
                       "epsilon": 0.2, "epsilon_high": 0.2, "kl_in_reward": True, "vf_coef": 0.5,
                       "cliprange_value": 0.4, "gamma": 1.0, "lam": 0.98, "whiten_advantages": False,
@@ -281,11 +279,9 @@ ALGORITHMS: dict[str, Algorithm] = {
             key_metrics=("grad_norm", "learning_rate", "mean_token_accuracy"),
         ),
         # --- rejection sampling (book chapter 9) ------------------------------------------
-        # One family, four selection rules: two use the reward model, two are their matched-size random
-        # controls. The metric is test_accuracy on the first 200 GSM8K test questions (final_results.json).
+        # One family, four selection rules: two use the reward model, two are their matched-size random controls.
         Algorithm("rejection_sampling_top_per_prompt", **_rejection_sampling("top_per_prompt")),
-        Algorithm("rejection_sampling_random_per_prompt",
-                  **_rejection_sampling("random_per_prompt")),
+        Algorithm("rejection_sampling_random_per_prompt", **_rejection_sampling("random_per_prompt")),
         Algorithm("rejection_sampling_top_k_overall", **_rejection_sampling("top_k_overall")),
         Algorithm("rejection_sampling_random_k_overall", **_rejection_sampling("random_k_overall")),
         # --- self-distillation (book chapter 12) ------------------------------------------

@@ -7,9 +7,6 @@ from pathlib import Path
 
 from rlhf_recipes.run_folder import CURVES_FILE, read_metrics
 
-PLOT_SKIP = {"step", "epoch", "learning_rate", "total_flos", "train_runtime", "train_samples_per_second",
-             "train_steps_per_second", "train_loss"}
-
 
 def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:
     """curves.png: the loss, the algorithm's key metrics and any held-out eval/* metrics against the optimizer step."""

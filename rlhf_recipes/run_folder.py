@@ -60,6 +60,8 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
                         extra: dict[str, Any] | None = None) -> Path:
     """final_results.json. status: finished | interrupted | stopped (a health check) | failed (an exception while
     training). World size and batch are read from the trainer, i.e. what really ran."""
+    import torch
+
     args = trainer.args
     results = {
         "algorithm": recipe.algorithm.name,
@@ -74,7 +76,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "status": status,
         "interrupted": status == "interrupted",
         "wall_seconds": round(wall_seconds, 2),
-        "torch_threads": _torch_threads(),  # the CPU threads it ran with (they change a CPU run's last bits)
+        "torch_threads": torch.get_num_threads(),  # the CPU threads it ran with (they change a CPU run's last bits)
         "final_metrics": last_values(read_metrics(output_dir)),
         # rows read, dropped (by reason; the first rows that did not fit, named) and trained on (data/sources.py);
         # a family's `data` (token-length statistics) comes in `extra`
@@ -83,12 +85,6 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
     }
     # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".
     return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(results, indent=2, default=str) + "\n")
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 # --- Reading ---------------------------------------------------------------------------------

@@ -28,9 +28,8 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from rlhf_recipes.errors import RecipeError
 
@@ -110,10 +109,6 @@ class Holder:
         text = f"pid {self.pid} on {self.host}, since {self.since}"
         return text + (f" ({self.command})" if self.command else "")
 
-    def as_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "host": self.host, "since": self.since, "command": self.command,
-                "start_ticks": self.start_ticks}
-
 
 def soft_mode() -> bool:
     return os.environ.get(MODE_ENV, "").strip().lower() == "soft"
@@ -132,19 +127,10 @@ class RunLock:
         self.created_file = False
         self.took_over: Holder | None = None  # the holder a killed run left behind, when this lock replaced it
 
-    @property
-    def held(self) -> bool:
-        return self._lock is not None and self._lock.is_locked
-
-    def _new_lock(self, soft: bool):
-        from filelock import FileLock, SoftFileLock
-
-        return SoftFileLock(str(self.path)) if soft else FileLock(str(self.path))
-
     def _try(self, soft: bool) -> bool:
-        from filelock import Timeout
+        from filelock import FileLock, SoftFileLock, Timeout
 
-        lock = self._new_lock(soft)
+        lock = SoftFileLock(str(self.path)) if soft else FileLock(str(self.path))
         try:
             with warnings.catch_warnings():  # filelock >= 4 falls back to a soft lock on its own where flock is missing
                 warnings.filterwarnings("ignore", message="flock not supported")
@@ -195,7 +181,7 @@ class RunLock:
         from rlhf_recipes.disk import atomic_write_text
 
         try:
-            atomic_write_text(self.folder / HOLDER_FILE, json.dumps(Holder.me(self.command).as_json()) + "\n")
+            atomic_write_text(self.folder / HOLDER_FILE, json.dumps(asdict(Holder.me(self.command))) + "\n")
         except BaseException:
             self.drop(remove=self.created_file)
             raise
@@ -203,7 +189,7 @@ class RunLock:
 
     def release(self) -> None:
         """The run ended: say nobody holds the folder, then let go (the lock file stays: see `drop`)."""
-        if self.held:
+        if self._lock is not None and self._lock.is_locked:
             (self.folder / HOLDER_FILE).unlink(missing_ok=True)
         self.drop(remove=False)
 
@@ -221,7 +207,7 @@ class RunLock:
                 from rlhf_recipes.disk import atomic_write_text
 
                 if self.took_over is not None:
-                    atomic_write_text(self.folder / HOLDER_FILE, json.dumps(self.took_over.as_json()) + "\n")
+                    atomic_write_text(self.folder / HOLDER_FILE, json.dumps(asdict(self.took_over)) + "\n")
                 else:
                     (self.folder / HOLDER_FILE).unlink(missing_ok=True)
                 if self.created_file and not self._soft:  # a soft lock's release deletes its file itself

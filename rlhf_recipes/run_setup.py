@@ -108,13 +108,12 @@ class RunFolder:
                 if entry.name not in LOCK_FILES:  # the lock stays: this start holds it
                     entry.rename(self._aside / entry.name)
         config = self.output_dir / CONFIG_FILE
-        self._previous_config = config.read_text() if config.exists() else None
         if config.exists():
+            self._previous_config = config.read_text()
             self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
         self._wrote_config = True  # set first: a write cut short by a full disk is undone by `abandon` too
         write_config(recipe, self.output_dir, self.resolved)
-        log = self.output_dir / CONSOLE_LOG
-        self._console_log_size = log.stat().st_size if log.exists() else None
+        self._console_log_size = self.console_log.stat().st_size if self.console_log.exists() else None
 
     @property
     def console_log(self) -> Path:
@@ -168,11 +167,11 @@ class RunFolder:
             os.utime(config, ns=self._previous_config_times)
         elif config.exists():
             config.unlink()
-        log = self.output_dir / CONSOLE_LOG  # what this start wrote to the console log goes too
+        # What this start wrote to the console log goes too
         if self._console_log_size is None:
-            log.unlink(missing_ok=True)
-        elif log.exists():
-            os.truncate(log, self._console_log_size)
+            self.console_log.unlink(missing_ok=True)
+        elif self.console_log.exists():
+            os.truncate(self.console_log, self._console_log_size)
         if self._aside is not None and self._aside.exists():
             for entry in list(self.output_dir.iterdir()):
                 if entry.name not in LOCK_FILES:
@@ -204,53 +203,58 @@ def prepare_output_dir(recipe: Recipe, command: str = "") -> RunFolder:
 
 def _decide(recipe: Recipe, folder: RunFolder) -> None:
     output_dir, resume = folder.output_dir, recipe.args.resume
-    if resume == "auto":
-        if recipe.args.overwrite:
-            raise RecipeError("--resume auto and --overwrite contradict each other: continue the run, or start it over")
-        folder.auto = True
-        folder.checkpoint = _resume_or_start(output_dir)
-        if folder.checkpoint is None:
-            folder.replace_previous = is_main_process() and (output_dir / CONFIG_FILE).exists()
-        else:
-            _compare_settings(recipe, folder, checkpoint_step(folder.checkpoint))
+    if not resume:
+        # Only the main process judges: the others would see the config.yaml it has just written.
+        if is_main_process() and (output_dir / CONFIG_FILE).exists() and not recipe.args.overwrite:
+            raise RecipeError(holds_a_run(output_dir))
         return
-    if resume:
-        if recipe.args.overwrite:
-            raise RecipeError("--resume and --overwrite contradict each other: continue the run, or start it over")
-        # The main process reads every file of a checkpoint against its checksum; the others check sizes only and
-        # take the main process's choice once they can talk to it (RunFolder.agree_on_checkpoint).
-        checksums = is_main_process()
-        if resume == "latest":
-            point = find_resumable_checkpoint(output_dir, checksums=checksums)
-            for skipped, reason in point.skipped:
-                logger.warning("--resume: skipping %s: %s", skipped, reason)
-            checkpoint = point.checkpoint
-            if checkpoint is None and point.skipped:
-                listed = "; ".join(f"{p.name} ({why})" for p, why in point.skipped)
-                raise RecipeError(
-                    f"--resume: no complete checkpoint in {output_dir} verifies: {listed}. Start over with "
-                    "--overwrite, or copy a good checkpoint back in from a backup"
-                )
-            if checkpoint is None:
-                raise RecipeError(
-                    f"--resume: no complete checkpoint in {output_dir}. Checkpoints are written on Ctrl-C/SIGTERM "
-                    "and every `save_steps` when save_strategy is 'steps'; start over with --overwrite."
-                )
-        else:
-            checkpoint = Path(resume)
-            if not checkpoint.is_dir() or not is_checkpoint_dir(checkpoint):
-                raise RecipeError(f"--resume {resume}: not a checkpoint-<step> folder. Use --resume alone for the "
-                                  f"newest complete checkpoint in {output_dir}")
-            reason = incomplete_reason(checkpoint, checksums=checksums)
-            if reason:
-                raise RecipeError(f"--resume {resume}: incomplete or damaged checkpoint ({reason}). Use --resume alone "
-                                  "to continue from the newest one that verifies")
-        step = checkpoint_step(checkpoint)
+    flag = "--resume auto" if resume == "auto" else "--resume"
+    if recipe.args.overwrite:
+        raise RecipeError(f"{flag} and --overwrite contradict each other: continue the run, or start it over")
+    # The main process reads every file of a checkpoint against its checksum; the others check sizes only and
+    # take the main process's choice once they can talk to it (RunFolder.agree_on_checkpoint).
+    checksums = is_main_process()
+    if resume == "auto":
+        folder.auto = True
+        # Rerunning the same command must not train a finished run a second time.
+        try:
+            finished = run_finished(output_dir)
+        except (OSError, ValueError):  # unreadable: not a finished run
+            finished = False
+        if finished:
+            raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({output_dir / FINAL_RESULTS_FILE}); "
+                              "nothing to resume. Use its model as it is, start over with --overwrite, or pick "
+                              "another --output_dir")
+    if resume in ("auto", "latest"):
+        point = find_resumable_checkpoint(output_dir, checksums=checksums)
+        for skipped, reason in point.skipped:
+            logger.warning("%s: skipping %s: %s", flag, skipped, reason)
+        folder.checkpoint = point.checkpoint
+    else:
+        checkpoint = Path(resume)
+        if not checkpoint.is_dir() or not is_checkpoint_dir(checkpoint):
+            raise RecipeError(f"--resume {resume}: not a checkpoint-<step> folder. Use --resume alone for the "
+                              f"newest complete checkpoint in {output_dir}")
+        reason = incomplete_reason(checkpoint, checksums=checksums)
+        if reason:
+            raise RecipeError(f"--resume {resume}: incomplete or damaged checkpoint ({reason}). Use --resume alone "
+                              "to continue from the newest one that verifies")
         folder.checkpoint = checkpoint
-        _compare_settings(recipe, folder, step)
-    # Only the main process judges: the others would see the config.yaml it has just written.
-    elif is_main_process() and (output_dir / CONFIG_FILE).exists() and not recipe.args.overwrite:
-        raise RecipeError(holds_a_run(output_dir))
+    if folder.checkpoint is None and resume == "auto":
+        # None is there, or none verifies: nothing of the old start can be continued, so the run starts over.
+        if (output_dir / CONFIG_FILE).exists() and is_main_process():
+            logger.warning("--resume auto: no complete checkpoint in %s: starting the run over", output_dir)
+            folder.replace_previous = True
+        return
+    if folder.checkpoint is None and point.skipped:
+        listed = "; ".join(f"{p.name} ({why})" for p, why in point.skipped)
+        raise RecipeError(f"--resume: no complete checkpoint in {output_dir} verifies: {listed}. Start over with "
+                          "--overwrite, or copy a good checkpoint back in from a backup")
+    if folder.checkpoint is None:
+        raise RecipeError(f"--resume: no complete checkpoint in {output_dir}. Checkpoints are written on "
+                          "Ctrl-C/SIGTERM and every `save_steps` when save_strategy is 'steps'; start over with "
+                          "--overwrite.")
+    _compare_settings(recipe, folder)
 
 
 def holds_a_run(output_dir: Path) -> str:
@@ -267,32 +271,13 @@ def holds_a_run(output_dir: Path) -> str:
             "or pick another --output_dir.")
 
 
-def _resume_or_start(output_dir: Path) -> Path | None:
-    """--resume auto: the newest complete checkpoint, or None (start: none is there, or none verifies, so nothing
-    of the old start can be continued); a finished run is refused, since rerunning the same command must not train
-    it a second time."""
-    try:
-        finished = run_finished(output_dir)
-    except (OSError, ValueError):  # unreadable: not a finished run
-        finished = False
-    if finished:
-        raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({output_dir / FINAL_RESULTS_FILE}); "
-                          "nothing to resume. Use its model as it is, start over with --overwrite, or pick another "
-                          "--output_dir")
-    point = find_resumable_checkpoint(output_dir, checksums=is_main_process())
-    for skipped, reason in point.skipped:
-        logger.warning("--resume auto: skipping %s: %s", skipped, reason)
-    if point.checkpoint is None and (output_dir / CONFIG_FILE).exists() and is_main_process():
-        logger.warning("--resume auto: no complete checkpoint in %s: starting the run over", output_dir)
-    return point.checkpoint
-
-
-def _compare_settings(recipe: Recipe, folder: RunFolder, step: int) -> None:
+def _compare_settings(recipe: Recipe, folder: RunFolder) -> None:
     """A resume continues with the settings the run used up to its checkpoint: those its manifest records (a
     checkpoint from before manifests had settings: config.yaml's). Any difference that changes what the run
     computes (a command-line value, or config.yaml edited by hand) is refused, naming each key, unless
     --allow_changes: then config.yaml and the next checkpoints' manifests record it with the step it took effect."""
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
+    step = checkpoint_step(checkpoint)
     config = read_config(output_dir)
     manifest = read_manifest(checkpoint) or {}
     used = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else config
@@ -337,11 +322,6 @@ def configure_reporting(recipe: Recipe) -> None:
     os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
 
 
-def first_logged_loss(path: Path) -> float | None:
-    """The loss of a run's first logged step (metrics.jsonl), or None."""
-    return next((float(r["loss"]) for r in read_metrics(path) if isinstance(r.get("loss"), (int, float))), None)
-
-
 def run_callbacks(recipe: Recipe, folder: RunFolder):
     """The callbacks every run gets (imports transformers)."""
     from rlhf_recipes.callbacks import (
@@ -351,8 +331,11 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
 
     interrupt = InterruptCallback()
     resume_step = checkpoint_step(folder.checkpoint) if folder.checkpoint else None
-    health = HealthCallback(stop=recipe.args.stop_on_health_warning,
-                            start_loss=first_logged_loss(folder.output_dir / METRICS_FILE) if resume_step else None)
+    start_loss = None
+    if resume_step:  # a resumed run keeps its health baseline: the loss of its first logged step
+        rows = read_metrics(folder.output_dir / METRICS_FILE)
+        start_loss = next((float(r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))), None)
+    health = HealthCallback(stop=recipe.args.stop_on_health_warning, start_loss=start_loss)
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / METRICS_FILE,
                  resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder)),

@@ -14,11 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf_recipes.checkpoints import find_resumable_checkpoint
 from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
 from rlhf_recipes.disk import disk_full
 from rlhf_recipes.preflight import needed_packages
 from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
-from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
+from rlhf_recipes.report import plot_curves
+from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE, write_final_results
 from rlhf_recipes.run_setup import (
     configure_reporting, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
 )
@@ -53,45 +55,44 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
             check_inputs(recipe)
             folder.claim(recipe)
             console = keep_console(folder, argv)
-        except RecipeError as e:
-            if folder is not None:
-                folder.abandon()
-            report_error(e)
-            return 2
-        except OSError as e:  # config.yaml could not be written
-            where = disk_full(e)
-            if where is None:
-                if folder is not None:
-                    folder.abandon()
-                raise
+        except BaseException as e:
+            # config.yaml could not be written for want of space: the start is undone, however far undoing gets
+            where = disk_full(e) if isinstance(e, OSError) else None
             try:
                 if folder is not None:
                     folder.abandon()  # an --overwrite moved the old run aside: put it back
             except OSError:
-                pass
+                if where is None:
+                    raise
+            if isinstance(e, RecipeError):
+                report_error(e)
+                return 2
+            if where is None:
+                raise
             report_error(RecipeError(f"no space left on device while writing {where}; nothing was started"))
             return EXIT_FAILED
-        except BaseException:
-            if folder is not None:
-                folder.abandon()
-            raise
         configure_reporting(recipe)
         explain_once(recipe)
         try:
-            prerequisites(recipe)
+            # What must exist before the model loads: an embedded nano base (nano, nano-sdpo) is built once by its
+            # own SFT recipe through this runner, announced on stderr, and cached (`rlhf-recipes nano build` runs
+            # this step alone). Resolving the model's name later only finds it.
+            from rlhf_recipes.nano import build_missing_bases
+
+            build_missing_bases(recipe.value("model_name_or_path"))
             trainer, family, interrupt, health = build(recipe, folder, extra_callbacks, argv)
-        except RecipeError as e:  # a mistake found while loading (data rows too): no trace of the run is left
-            console = stop_console(console)
+        except BaseException as e:  # a mistake found while loading (data rows too): no trace of the run is left
+            if console is not None:
+                console.stop()  # before `abandon` cuts console.log back: the copier has written its last lines
             folder.abandon()
+            if not isinstance(e, RecipeError):
+                raise
             report_error(e)
             return 2
-        except BaseException:
-            console = stop_console(console)
-            folder.abandon()
-            raise
         return train_and_report(recipe, folder, trainer, family, interrupt, health)
     finally:
-        stop_console(console)
+        if console is not None:
+            console.stop()  # a no-op where already stopped
         if folder is not None:
             folder.release()  # the folder's lock: held from before the folder was read until here
 
@@ -111,26 +112,11 @@ def keep_console(folder, argv: list[str]):
         return None
 
 
-def stop_console(console) -> None:
-    if console is not None:
-        console.stop()
-    return None
-
-
 def report_error(error: Exception) -> None:
     """One line on stderr, from the main process only: under a launcher every rank finds the same mistake."""
     if is_main_process():
         print(f"error: {error}", file=sys.stderr)
     logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error)
-
-
-def prerequisites(recipe) -> None:
-    """What must exist before the run loads its model: an embedded nano base (nano, nano-sdpo) is built once by its
-    own SFT recipe through this runner, announced on stderr, and cached (`rlhf-recipes nano build` runs this step
-    alone). Resolving the model's name later only finds it."""
-    from rlhf_recipes.nano import build_missing_bases
-
-    build_missing_bases(recipe.value("model_name_or_path"))
 
 
 def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
@@ -168,8 +154,6 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
 
 
 def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
-    from rlhf_recipes.run_folder import write_final_results
-
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
     start = time.time()
     try:
@@ -206,9 +190,6 @@ def train_and_report(recipe, folder, trainer, family, interrupt, health) -> int:
 
 def finish(recipe, output_dir: Path, trainer, family, interrupt, health, wall: float) -> int:
     """Training ended without an error: the final model, final_results.json, curves.png."""
-    from rlhf_recipes.report import plot_curves
-    from rlhf_recipes.run_folder import write_final_results
-
     stopped = interrupt.interrupted or health.stopped_because is not None
     if not stopped:
         trainer.save_model(str(output_dir))
@@ -248,9 +229,6 @@ def report_failure(recipe, trainer, output_dir: Path, wall: float, reason: str, 
     """A failure the run understands (non-finite numbers, a full disk, no step trained): final_results.json says
     failed, at which step, and which checkpoint is the last good one; the console gets one line, no traceback.
     resume_hint: what to add to --resume from the last good checkpoint (non-finite numbers: a lower rate)."""
-    from rlhf_recipes.checkpoints import find_resumable_checkpoint
-    from rlhf_recipes.run_folder import write_final_results
-
     point = find_resumable_checkpoint(output_dir)
     if full_disk and is_main_process():
         # A save the disk cut short has no manifest, so --resume would skip it anyway: removing it frees the

@@ -23,8 +23,7 @@ from typing import Any, Callable, Iterator
 from rewards.reward_model import RM_PREFIX
 from rewards.reward_model_files import resolve_reward_model_dir
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.model_checks import TOKENIZER_FILES, WEIGHT_FILES, check_model_folder  # noqa: F401
-from rlhf_recipes.paths import unwritable_reason
+from rlhf_recipes.model_checks import check_model_folder, check_model_settings
 
 # key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.
 Rule = tuple[Callable[[Any], bool], str]
@@ -277,18 +276,6 @@ def check_model(name: str | None, flag: str, chat_template: bool = False) -> Non
         check_hub_model(name, flag)
 
 
-# --------------------------------------------------------------------------------------
-# Optional packages
-
-
-def check_extras(recipe) -> None:
-    """The optional packages the run needs (pyproject.toml's extras) and wandb's login (rlhf_recipes/preflight.py)."""
-    from rlhf_recipes.preflight import extras_findings, stop_at_first, wandb_finding
-
-    stop_at_first([*extras_findings(recipe), wandb_finding(recipe)])
-    check_rollout_backend(recipe)
-
-
 def check_rollout_backend(recipe) -> None:
     """A policy-gradient or PPO recipe's rollout_backend: its package, a GPU, and model settings it cannot honour."""
     name = recipe.value("rollout_backend")
@@ -312,30 +299,25 @@ def check_rollout_backend(recipe) -> None:
 def check_inputs(recipe) -> None:
     """Everything a run reads, checked before anything loads: data file, model, reward models."""
     from rlhf_recipes.data.sources import SOURCES
+    from rlhf_recipes.preflight import (accelerator_finding, check_output_dir, disk_finding, extras_findings,
+                                        stop_at_first, wandb_finding)
+    from rlhf_recipes.registry import family_of
 
     args = recipe.args
-    check_extras(recipe)
-    output_dir = recipe.value("output_dir")
-    problem = unwritable_reason(output_dir)
-    if problem:
-        raise RecipeError(f"{recipe.where('output_dir')} {output_dir} cannot be written: {problem}. Pick another "
-                          "--output_dir")
-    from rlhf_recipes.model_checks import check_model_settings
-
+    # The optional packages the run needs (pyproject.toml's extras) and wandb's login (rlhf_recipes/preflight.py).
+    stop_at_first([*extras_findings(recipe), wandb_finding(recipe)])
+    check_rollout_backend(recipe)
+    check_output_dir(recipe)
     source = SOURCES.get(args.dataset)
     if args.data_files and source is not None:
         check_local_data(args.data_files, source, recipe.where("data_files"))
     elif source is not None and source.generate is None and not recipe.tiny:
         check_hub_dataset(args.dataset_name or source.hub_id, recipe.where("dataset_name" if args.dataset_name
                                                                           else "dataset"))
-    from rlhf_recipes.registry import family_of
-
     check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
                 chat_template=family_of(recipe.algorithm).needs_chat_template)
     check_model_settings(recipe)  # quantization without LoRA, lengths past the model's positions, LoRA targets
     check_rewards(recipe)
-    from rlhf_recipes.preflight import accelerator_finding, disk_finding, stop_at_first
-
     # Last: a user's mistake above is named first, whatever machine it is found on.
     stop_at_first([accelerator_finding(recipe), disk_finding(recipe)])
 

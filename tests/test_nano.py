@@ -246,7 +246,7 @@ def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(family, tm
 
 
 def test_resolving_a_nano_name_never_trains_a_base(monkeypatch, tmp_path):
-    """The nano bases are built by the runner's first step (train.prerequisites) or `rlhf-recipes nano build`;
+    """The nano bases are built by the runner's first step (train.main) or `rlhf-recipes nano build`;
     resolving the model name only finds them: a missing base is a one-line error naming the command, and no build
     starts (it used to start `python -m rlhf_recipes.tools.nano_base`, ~2-4 minutes of training)."""
     import rlhf_recipes.nano as nano

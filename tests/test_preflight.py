@@ -10,7 +10,6 @@ import importlib.util
 import json
 import shutil
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 import torch
@@ -199,6 +198,17 @@ def test_a_run_checks_the_disk_from_the_weights_already_on_this_machine(monkeypa
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10_000))
     with pytest.raises(RecipeError, match="the first save would fail"):
         check_inputs(recipe)
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_line_for_the_run_and_the_preflight_tool(tmp_path):
+    """preflight.check_output_dir: the one refusal of an unwritable output_dir (validation.check_inputs raises it)."""
+    (tmp_path / "afile").write_text("")
+    recipe = _recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(tmp_path / "afile" / "out"))
+    with pytest.raises(RecipeError, match=r"cannot be written: \S+afile is a file, not a folder\. Pick another "
+                                          r"--output_dir$"):
+        preflight.check_output_dir(recipe)
+    fine = _recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(tmp_path / "run"))
+    assert preflight.check_output_dir(fine) == str(tmp_path / "run")
 
 
 # --------------------------------------------------------------------------------------

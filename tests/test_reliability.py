@@ -171,6 +171,25 @@ def test_a_full_disk_while_saving_a_checkpoint_fails_in_one_line_and_resume_cont
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
+def test_a_full_disk_while_writing_config_yaml_starts_nothing_and_puts_an_overwritten_run_back(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    from rlhf_recipes import run_setup
+
+    out = tmp_path / "run"
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "config.yaml").write_text("algorithm: dpo\n")
+
+    def full(recipe, output_dir, resolved=None):
+        (output_dir / "config.yaml").write_text("")  # torn, as a full disk leaves it
+        raise _enospc(output_dir / "config.yaml")
+
+    monkeypatch.setattr(run_setup, "write_config", full)
+    line = fails(capsys, *tiny("dpo.yaml", out, "--overwrite"), code=1)
+    assert line == f"error: no space left on device while writing {out}/config.yaml; nothing was started", line
+    assert (out / "config.yaml").read_text() == "algorithm: dpo\n" and (out / "checkpoint-2").is_dir()
+    assert not (tmp_path / ".run.overwritten").exists()
+
+
 def test_a_result_file_on_a_full_filesystem_is_never_left_empty(tmp_path):
     """final_results.json onto a real full filesystem (a 64 KiB tmpfs): the old file stays whole, no temporary is
     left. Needs permission to mount (root in a container that allows it); skipped elsewhere."""
