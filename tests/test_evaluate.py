@@ -372,7 +372,7 @@ def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
     ranks no pair (every margin 0, accuracy 0.5); it was silently turned into 0.1 (`beta or 0.1`)."""
     from types import SimpleNamespace
 
-    from rlhf_recipes.evaluation.base import EvalOptions
+    from rlhf_recipes.evaluation.options import EvalOptions
     from rlhf_recipes.evaluation.preferences import PreferenceEvaluator
 
     logprobs = {"policy": {"chosen": [(-1.0, 2)], "rejected": [(-3.0, 2)]},

@@ -74,3 +74,35 @@ def test_beta_reaches_the_loss_through_four_of_our_files(tmp_path):
     assert handled == ["rlhf_recipes/config.py", "rlhf_recipes/config_schema.py", "rlhf_recipes/validation.py"]
     assert "custom_losses/schedules.py" in path  # ScheduledDPOConfig.__post_init__ holds it: the class TRL reads
     assert not any(file.startswith(("rlhf_recipes/families/", "rlhf_recipes/registry")) for file in handled)
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def file_edges(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ours that a file imports: `from pkg import sub` names the submodule when there is one."""
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            edges.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = {f"{node.module}.{alias.name}" for alias in node.names} & modules
+            edges.update(subs or {node.module})
+    return edges & modules
+
+
+def test_no_two_files_of_ours_import_each_other_in_a_loop():
+    """0 circles: a loop of imports (function bodies included) means two files that are one concern, or a fact in
+    the wrong one of them (evaluation/base.py <-> loading.py once held EvalOptions in base.py)."""
+    import networkx
+
+    files = [p for folder in ("rlhf_recipes", "custom_losses", "rewards") for p in (REPO / folder).rglob("*.py")]
+    modules = {module_of(p) for p in files}
+    graph = networkx.DiGraph((module_of(p), target) for p in files for target in file_edges(p, modules)
+                             if target != module_of(p))
+    # A package's __init__ that hands its submodules' names on is a face, not a room: drop the edge back into it.
+    graph.remove_edges_from([(a, b) for a, b in list(graph.edges) if a.startswith(b + ".")])
+    loops = [sorted(c) for c in networkx.strongly_connected_components(graph) if len(c) > 1]
+    assert loops == [], loops

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlhf_recipes.evaluation.base import QUANTIZE, EvalError, EvalOptions
+from rlhf_recipes.evaluation.options import QUANTIZE, EvalError, EvalOptions
 
 logger = logging.getLogger(__name__)
 
