@@ -107,6 +107,19 @@ def test_the_table_shows_status_and_the_evaluation_difference(runs):
     assert evaluations_cell(SavedRun.open(runs / "lora")) == "-"
 
 
+def test_a_piped_runs_table_folds_at_200_columns(runs, tmp_path, capsys):
+    """Piped into a file or a CI log, the table keeps to 200 columns (a long sweep path folds in its cell) rather
+    than one line as wide as the longest row."""
+    import shutil
+
+    from rlhf_recipes.tools.runs import print_table
+
+    long = shutil.copytree(runs / "finished", tmp_path / ("sweep-" + "x" * 240) / "seed-0")
+    print_table([SavedRun.open(long)], tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    assert "finished" in "".join(lines) and max(map(len, lines)) <= 200, max(map(len, lines))
+
+
 def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_being_written(runs, tmp_path):
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.run_setup import prepare_output_dir

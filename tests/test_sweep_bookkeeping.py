@@ -278,6 +278,23 @@ def test_a_second_sweep_into_a_running_folder_is_refused_with_who_holds_it(tmp_p
         pass
 
 
+def test_a_soft_locked_sweep_folder_says_how_to_clear_a_dead_holders_lock(tmp_path, monkeypatch):
+    """Where flock is missing (soft mode) a sweep killed on another host leaves .run.lock behind: the refusal names
+    the file to delete, as a run's does."""
+    monkeypatch.setenv("RLHF_RECIPES_RUN_LOCK", "soft")
+    with state.SweepLock(tmp_path), pytest.raises(RecipeError) as refused:
+        state.SweepLock(tmp_path).__enter__()
+    assert "another sweep is writing into this folder" in str(refused.value)
+    assert f"If that process is gone, delete {tmp_path / '.run.lock'}" in str(refused.value)
+
+
+def test_sweep_numbers_keep_one_format_for_whole_and_missing_values():
+    from rlhf_recipes.tools.sweep.report import _num
+
+    assert (_num(12345.0), _num(3.0, signed=True), _num(0.1234), _num(None), _num(float("nan"))) == \
+        ("1.23e+04", "+3", "0.123", "-", "nan")
+
+
 def test_another_sweep_in_the_same_folder_is_refused_but_wider_grids_and_seeds_merge(tmp_path):
     base = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0])
     state.save(base, tmp_path)

@@ -68,7 +68,7 @@ def print_table(runs: list[SavedRun], root: Path) -> None:
              evaluations_cell(run), decimal(run.bytes), checkpoints_cell(run)] for run in runs]
     document.print_table(["run", "algorithm", "model", "profile", "status", "steps", "final metrics", "evaluations",
                           "size", "checkpoints"], rows, f"{len(runs)} run(s) under {root}", right=("steps", "size"),
-                         title_justify="left")
+                         piped_width=200, title_justify="left")
     for run in runs:
         for problem in run.eval_errors:
             print(f"warning: skipped an unreadable evaluation: {problem}", file=sys.stderr)

@@ -46,9 +46,9 @@ def plain_table(headers: list[str], rows: list[list[str]], title: str = "") -> s
 
 
 def print_table(headers: list[str], rows: list[list[str]], title: str = "", *, right: Iterable[str] = (),
-                **options) -> None:
-    """The table on the terminal (rich), as wide as it needs when piped; cells starting "outside" in red; `right`
-    and `options` as table() takes them."""
+                piped_width: int | None = None, **options) -> None:
+    """The table on the terminal (rich), as wide as it needs when piped (or `piped_width` columns); cells starting
+    "outside" in red; `right` and `options` as table() takes them."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -56,8 +56,8 @@ def print_table(headers: list[str], rows: list[list[str]], title: str = "", *, r
     # Piped output (CI logs, files) has no terminal width to respect: use what the table needs instead of folding
     # every cell into 80 columns.
     needed = len(plain_table(headers, rows).splitlines()[0]) + 3 * len(headers) + 1
-    if not console.is_terminal and console.width < needed:
-        console = Console(width=needed)
+    if not console.is_terminal and (piped_width or console.width < needed):
+        console = Console(width=piped_width or needed)
     # escape(): metric names like rewards/*/mean must not be read as rich markup
     console.print(table(title or None, headers, ([f"[red]{escape(c)}[/red]" if c.startswith("outside") else escape(c)
                                                   for c in row] for row in rows), right=right, **options))

@@ -14,7 +14,7 @@ from typing import Any
 
 from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.lab import stats
-from rlhf_recipes.tools.lab.document import number, render_text, table, write_result
+from rlhf_recipes.tools.lab.document import render_text, table, write_result
 from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
 
 STEM = "sweep"
@@ -147,7 +147,8 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
 
 
 def _num(value: float | None, signed: bool = False) -> str:
-    return number(value, "+.3g" if signed else ".3g")
+    # not document.number: a whole-number seed value prints as 1.23e+04 / +3 like the rest of its column
+    return "-" if value is None else f"{value:{'+.3g' if signed else '.3g'}}"
 
 
 def _interval(values: dict[str, Any], signed: bool = False) -> str:
