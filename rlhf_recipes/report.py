@@ -8,13 +8,22 @@ from pathlib import Path
 from rlhf_recipes.run_folder import CURVES_FILE, read_metrics
 
 
-def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:
-    """curves.png: the loss, the algorithm's key metrics and any held-out eval/* metrics against the optimizer step."""
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: headless, runs on clusters and in CI, never opens a window (every figure
+    of ours, the tools' too, is drawn through this)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(output_dir: Path, key_metrics: tuple[str, ...], title: str) -> Path | None:
+    """curves.png: the loss, the algorithm's key metrics and any held-out eval/* metrics against the optimizer step."""
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     rows = read_metrics(output_dir)
     names = ["loss", *[m for m in key_metrics if m != "loss"]]

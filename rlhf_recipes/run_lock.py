@@ -41,11 +41,12 @@ logger = logging.getLogger(__name__)
 
 
 class RunFolderInUse(RecipeError):
-    """Another process holds the run folder's lock; `holder` says who, where it has said so."""
+    """Another process holds the run folder's lock; `holder` says who, where it has said so; `hint` what to do when
+    the holder may be gone (for a caller that words the refusal its own way: the sweep's lock)."""
 
-    def __init__(self, message: str, holder: "Holder | None" = None):
+    def __init__(self, message: str, holder: "Holder | None" = None, hint: str = ""):
         super().__init__(message)
-        self.holder = holder
+        self.holder, self.hint = holder, hint
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -171,7 +172,7 @@ class RunLock:
             if soft and (previous is None or previous.alive() is None):
                 hint = f". If that process is gone, delete {self.path}"
             raise RunFolderInUse(f"{self.folder} is in use by another run: {who}. Wait for it to end or stop it, "
-                                 f"or pick another --output_dir{hint}", previous)
+                                 f"or pick another --output_dir{hint}", previous, hint)
         if previous is not None and (previous.pid, previous.host) != (os.getpid(), socket.gethostname()):
             self.took_over = previous
             state = {False: "which is no longer running", None: "which no longer holds it"}.get(previous.alive(),

@@ -283,6 +283,8 @@ def test_a_soft_locked_sweep_folder_says_how_to_clear_a_dead_holders_lock(tmp_pa
     the file to delete, as a run's does."""
     monkeypatch.setenv("RLHF_RECIPES_RUN_LOCK", "soft")
     with state.SweepLock(tmp_path), pytest.raises(RecipeError) as refused:
+        holder = tmp_path / ".run.lock.json"  # the holder ran on another host: whether it is gone cannot be told here
+        holder.write_text(json.dumps({**json.loads(holder.read_text()), "host": "node17"}))
         state.SweepLock(tmp_path).__enter__()
     assert "another sweep is writing into this folder" in str(refused.value)
     assert f"If that process is gone, delete {tmp_path / '.run.lock'}" in str(refused.value)

@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from rlhf_recipes.paths import REFERENCE_RUNS_DIR
 from rlhf_recipes.registry import FAMILIES, canonical_name, family_named
@@ -38,7 +36,6 @@ from rlhf_recipes.tools.compare.verdict import (
 )
 from rlhf_recipes.tools.lab.document import number, plain_table, pyplot, save_figure, write_result
 
-plt = pyplot()
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
 SUMMARY_NAME = "compare.json"
@@ -294,9 +291,8 @@ class Panel:
     bands: list[tuple[float, float, float, float]] = field(default_factory=list)
 
 
-def _colors(panels: list[Panel]) -> dict[str, str]:
+def _colors(panels: list[Panel], cycle: list[str]) -> dict[str, str]:
     """One colour per run across all panels, so a run missing from one panel keeps its colour."""
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors: dict[str, str] = {}
     for line in (line for panel in panels for line in panel.lines):
         if line.label not in colors:
@@ -305,7 +301,9 @@ def _colors(panels: list[Panel]) -> dict[str, str]:
     return colors
 
 
-def _draw_panel(ax: plt.Axes, panel: Panel, colors: dict[str, str]) -> None:
+def _draw_panel(ax, panel: Panel, colors: dict[str, str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     for line in panel.lines:
         style = {"lw": 0.9, "alpha": 0.7, "zorder": 1} if line.reference else {"lw": 1.5, "zorder": 2}
         marker = "o" if len(line.steps) < FEW_POINTS else None
@@ -323,11 +321,14 @@ def _draw_panel(ax: plt.Axes, panel: Panel, colors: dict[str, str]) -> None:
 def draw(panels: list[Panel], path: Path, title: str) -> Path:
     if not panels:
         raise ValueError("nothing to plot")
+    plt = pyplot()  # here, not at import: `compare --help` and a refused comparison never load matplotlib
+    from matplotlib.lines import Line2D
+
     ncols = min(MAX_COLUMNS, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     height = 3.6 * nrows + 0.9  # + room for the title and the legend
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, height), squeeze=False)
-    colors = _colors(panels)
+    colors = _colors(panels, plt.rcParams["axes.prop_cycle"].by_key()["color"])
     for ax, panel in zip(axes.flat, panels):
         _draw_panel(ax, panel, colors)
     for ax in list(axes.flat)[len(panels):]:

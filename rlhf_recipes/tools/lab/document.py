@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.json_safe import json_safe
+from rlhf_recipes.report import pyplot  # noqa: F401  (the tools draw through document.pyplot)
 
 
 def number(value: Any, spec: str = ".4g") -> str:
@@ -73,17 +74,7 @@ def render_text(items: Iterable[Any], width: int = 160) -> str:
     return console.export_text()
 
 
-# The curves' figure helpers: matplotlib headless, a metric's points, a running mean, and a band over seeds.
-def pyplot():
-    """matplotlib.pyplot on the Agg backend: headless, runs on clusters and in CI, never opens a window."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
+# The curves' figure helpers: a metric's points, a running mean, and a band over seeds (pyplot: the core's, headless).
 def points(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     """(step, value) of a numeric key of metrics.jsonl's rows; the trainer's end-of-training summary row
     (train_runtime) repeats the last step with its epoch, so it is left out."""

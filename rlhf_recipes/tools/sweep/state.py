@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.run_lock import LOCK_FILE, RunFolderInUse, RunLock, soft_mode
+from rlhf_recipes.run_lock import RunFolderInUse, RunLock
 from rlhf_recipes.tools.lab.document import write_result
 from rlhf_recipes.tools.sweep.spec import SweepSpec
 
@@ -30,10 +30,8 @@ class SweepLock:
             self._lock.acquire()
         except RunFolderInUse as e:
             who = e.holder.describe() if e.holder else "a sweep that is starting"
-            # where flock is missing (soft mode) a sweep killed on another host leaves the lock file: say so
-            gone = f". If that process is gone, delete {self.dir / LOCK_FILE}" if soft_mode() else ""
             raise RecipeError(f"{self.dir}: another sweep is writing into this folder ({who}); wait for it to end, "
-                              f"or use another --out{gone}") from None
+                              f"or use another --out{e.hint}") from None
         return self
 
     def __exit__(self, *_):
