@@ -1,6 +1,7 @@
 """Batched generation and scoring of completions: what every held-out evaluation of a policy runs, and what the
 data builders that sample a saved model run (data/sampled_rollouts.py). A ground-floor module: it imports nothing
-of the project, so data/ and evaluation/ both lean on it without data/ reaching up into evaluation/.
+of rlhf_recipes (only the floor below: custom_losses' shared prefill), so data/ and evaluation/ both lean on it
+without data/ reaching up into evaluation/.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
     import torch
     from tqdm.auto import tqdm
 
+    from custom_losses.policy_gradient.shared_prefill import prefill_once_per_prompt
+
     # The model's own generation config (its end tokens: Qwen3 stops at <|im_end|> and <|endoftext|>), with
     # these settings on top; greedy clears the model's default sampling settings.
     config = copy.deepcopy(model.generation_config)
@@ -55,7 +58,7 @@ def generate(model, tokenizer, chats: list[list[dict]], *, n: int, batch_size: i
                           disable=int(os.environ.get("RANK", "0")) != 0):
             texts = [prompt_text(tokenizer, c, chat_template_kwargs) for c in chats[start:start + batch_size]]
             inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.no_grad():
+            with torch.no_grad(), prefill_once_per_prompt(model):  # n > 1: each prompt prefilled once
                 ids = model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:].cpu()
             is_end = torch.isin(ids, end_ids)
             ended = is_end.any(dim=1).tolist()

@@ -44,11 +44,21 @@ def test_packages_import_only_the_floors_below(folder, above):
     # data/ builds rows, some by sampling a saved model (rlhf_recipes/generation.py), never through evaluation/.
     (sorted(str(p.relative_to(REPO)) for p in (REPO / "rlhf_recipes/data").glob("*.py")),
      ("rlhf_recipes.evaluation", "rlhf_recipes.families", "rlhf_recipes.tools", "rlhf_recipes.train")),
-    # The ground floor imports nothing of the project.
-    (["rlhf_recipes/generation.py", "rlhf_recipes/errors.py"], ("rlhf_recipes", "custom_losses", "rewards")),
+    # The ground floor imports nothing of the project but the one-prefill-per-prompt sampler (next test).
+    (["rlhf_recipes/errors.py", "custom_losses/policy_gradient/shared_prefill.py"],
+     ("rlhf_recipes", "custom_losses", "rewards")),
+    (["rlhf_recipes/generation.py"], ("rlhf_recipes", "rewards")),
 ])
 def test_low_files_of_rlhf_recipes_do_not_reach_up(files, above):
     assert reaches([REPO / f for f in files], above) == []
+
+
+def test_the_ground_floor_samples_through_a_leaf_of_the_floor_below():
+    """generation.py's one import of the project: custom_losses' shared prefill, itself importing nothing of ours,
+    so that the held-out sampler and the policy-gradient trainer prefill the same way and no loop can form."""
+    generation = REPO / "rlhf_recipes/generation.py"
+    assert [name for name in imported_modules(generation) if name.startswith(("rlhf_recipes", "custom_losses",
+            "rewards"))] == ["custom_losses.policy_gradient.shared_prefill"]
 
 
 def test_the_core_never_names_the_tools():

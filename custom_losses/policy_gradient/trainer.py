@@ -53,6 +53,7 @@ from custom_losses.policy_gradient.config import (
 from custom_losses.policy_gradient.dynamic_sampling import DynamicSamplingMixin
 from custom_losses.policy_gradient.health import RolloutMonitorMixin, check_logprobs
 from custom_losses.policy_gradient.pending_rollouts import PendingRolloutsMixin
+from custom_losses.policy_gradient.shared_prefill import prefill_once_per_prompt
 from custom_losses.policy_gradient.objectives import (
     cispo_loss, kl_estimate, policy_gradient_loss, seq_mean, sequence_kl, token_mean,
 )
@@ -185,6 +186,16 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
         if grad:
             self._last_logps = logps
         return logps, entropies, aux
+
+    # --- sampling ---------------------------------------------------------------------------
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # transformers generate prefills each distinct prompt once, not once per rollout (shared_prefill.py: the
+        # same tokens, bit for bit); vLLM and continuous batching sample elsewhere and are left alone
+        if self.use_vllm or self.args.use_transformers_continuous_batching:
+            return super()._generate_single_turn(*args, **kwargs)
+        with prefill_once_per_prompt(self.accelerator.unwrap_model(self.model)):
+            return super()._generate_single_turn(*args, **kwargs)
 
     # --- rewards and advantages -----------------------------------------------------------
 
