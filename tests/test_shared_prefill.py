@@ -107,10 +107,8 @@ def test_distinct_prompts_prefill_as_before(model):
     assert shapes[0][0] == 4 and torch.equal(full, shared)
 
 
-def test_the_policy_gradient_trainer_prefills_each_prompt_once(tmp_path, monkeypatch):
-    """A tiny GRPO run (one rollout batch of 4 prompts x 8) prefills 4 rows, not 32."""
-    from conftest import run_recipe
-
+def recorded_plans(monkeypatch) -> list[tuple[int, int | None]]:
+    """(rows, distinct rows prefilled) of every generate call from now on."""
     from custom_losses.policy_gradient import shared_prefill
 
     plans = []
@@ -121,8 +119,25 @@ def test_the_policy_gradient_trainer_prefills_each_prompt_once(tmp_path, monkeyp
         return plan
 
     monkeypatch.setattr(shared_prefill, "distinct_rows", recorded)
+    return plans
+
+
+def test_the_policy_gradient_trainer_prefills_each_prompt_once(tmp_path, monkeypatch):
+    """A tiny GRPO run (one rollout batch of 4 prompts x 8) prefills 4 rows, not 32."""
+    from conftest import run_recipe
+
+    plans = recorded_plans(monkeypatch)
     run_recipe("grpo.yaml", tmp_path / "run", "--max_steps", "1")
     assert plans == [(32, 4)]
+
+
+def test_the_sdpo_trainer_prefills_each_prompt_once(tmp_path, monkeypatch):
+    """SDPO samples its groups through TRL's own generate call: one prefill per group there too."""
+    from conftest import run_recipe
+
+    plans = recorded_plans(monkeypatch)
+    run_recipe("sdpo.yaml", tmp_path / "run", "--max_steps", "1")
+    assert plans and all(distinct is not None and distinct < rows for rows, distinct in plans), plans
 
 
 def test_the_held_out_sampler_prefills_each_prompt_once(monkeypatch):

@@ -31,6 +31,7 @@ from trl.data_utils import is_conversational
 from trl.experimental.sdpo import SDPOTrainer
 
 from custom_losses.policy_gradient.rollout_batch import concat_rollouts, select_rows
+from custom_losses.policy_gradient.shared_prefill import prefill_once_per_prompt
 from custom_losses.policy_gradient.trainer import _decode_raw_text
 from custom_losses.sdpo.config import BookSDPOConfig
 from custom_losses.sdpo.groups import PromptStream, collect_groups
@@ -52,6 +53,11 @@ class BookSDPOTrainer(SDPOTrainer):
             self.temperature = 1.0  # only the loss's logits read it; generation keeps args.temperature
         self._stream = PromptStream(len(self.train_dataset), args.seed)
         self._draw_totals = {"drawn": 0, "skipped": 0, "discarded": 0}
+
+    def _generate_transformers(self, prompt_ids):
+        # each prompt of a group prefilled once, as the policy gradients sample (shared_prefill.py: same tokens)
+        with prefill_once_per_prompt(self.accelerator.unwrap_model(self.model)):
+            return super()._generate_transformers(prompt_ids)
 
     # --- which groups a step trains on -----------------------------------------------------
 
