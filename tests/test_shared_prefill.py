@@ -122,12 +122,14 @@ def recorded_plans(monkeypatch) -> list[tuple[int, int | None]]:
     return plans
 
 
-def test_the_policy_gradient_trainer_prefills_each_prompt_once(tmp_path, monkeypatch):
-    """A tiny GRPO run (one rollout batch of 4 prompts x 8) prefills 4 rows, not 32."""
+@pytest.mark.parametrize("lora", [[], ["--use_peft", "true"]], ids=["full", "lora"])
+def test_the_policy_gradient_trainer_prefills_each_prompt_once(tmp_path, monkeypatch, lora):
+    """A tiny GRPO run (one rollout batch of 4 prompts x 8) prefills 4 rows, not 32; with LoRA too, whose PEFT
+    wrapper generates through its base model."""
     from conftest import run_recipe
 
     plans = recorded_plans(monkeypatch)
-    run_recipe("grpo.yaml", tmp_path / "run", "--max_steps", "1")
+    run_recipe("grpo.yaml", tmp_path / "run", "--max_steps", "1", *lora)
     assert plans == [(32, 4)]
 
 

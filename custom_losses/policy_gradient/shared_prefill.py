@@ -14,7 +14,7 @@ benchmarks.shared_prefill`). Used by the policy-gradient and SDPO trainers and b
 
 It steps aside (the full prefill runs) wherever the premise is not plain: no repeated row, a cache that is not a
 fresh DynamicCache (the static_cache backend, a resumed cache), inputs_embeds, attentions or hidden states asked
-for, or a transformers without `_prefill` (it appeared in the 5.x line; the runner pins transformers <6).
+for, or a transformers whose `generate` has no `_prefill` step to replace.
 """
 
 from __future__ import annotations
