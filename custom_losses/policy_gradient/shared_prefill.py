@@ -50,8 +50,9 @@ def _plan(input_ids, generation_config, model_kwargs, is_first_iteration):
     cache = model_kwargs.get("cache")
     if not is_first_iteration or type(cache) is not DynamicCache or cache.get_seq_length() != 0:
         return None
-    if model_kwargs.get("inputs_embeds") is not None or getattr(generation_config, "prefill_chunk_size", None) is not None \
-            or generation_config.output_attentions or generation_config.output_hidden_states:
+    chunked = getattr(generation_config, "prefill_chunk_size", None) is not None
+    if model_kwargs.get("inputs_embeds") is not None or chunked or generation_config.output_attentions \
+            or generation_config.output_hidden_states:
         return None
     batch = input_ids.size(0)
     per_row = [v for v in model_kwargs.values() if isinstance(v, torch.Tensor)]
