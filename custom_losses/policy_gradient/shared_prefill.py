@@ -31,8 +31,8 @@ def distinct_rows(batch_inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch
     if any(t.is_floating_point() for t in batch_inputs):
         return None
     rows = torch.cat([t.reshape(t.size(0), -1).to(torch.long) for t in batch_inputs], dim=1)
-    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
-    count = int(inverse.max()) + 1
+    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    count = unique.size(0)
     if count == rows.size(0):
         return None
     positions = torch.arange(rows.size(0), device=rows.device)
@@ -76,10 +76,8 @@ def prefill_once_per_prompt(model) -> Iterator[None]:
         plan = _plan(input_ids, generation_config, model_kwargs, is_first_iteration)
         if plan is None:
             return original(input_ids, generation_config, model_kwargs, is_first_iteration)
-        first, inverse = plan
-        batch = input_ids.size(0)
-        distinct = {k: v[first] if isinstance(v, torch.Tensor) and v.size(0) == batch else v
-                    for k, v in model_kwargs.items()}
+        first, inverse = plan  # _plan checked that every tensor input has one entry per row
+        distinct = {k: v[first] if isinstance(v, torch.Tensor) else v for k, v in model_kwargs.items()}
         outputs = original(input_ids[first], generation_config, distinct, is_first_iteration)
         outputs["logits"] = outputs["logits"][inverse]
         model_kwargs["cache"].batch_select_indices(inverse)  # the same cache object, now one entry per row

@@ -191,9 +191,7 @@ class BookGRPOTrainer(PendingRolloutsMixin, DynamicSamplingMixin, RolloutMonitor
 
     def _generate_single_turn(self, *args, **kwargs):
         # transformers generate prefills each distinct prompt once, not once per rollout (shared_prefill.py: the
-        # same tokens, bit for bit); vLLM and continuous batching sample elsewhere and are left alone
-        if self.use_vllm or self.args.use_transformers_continuous_batching:
-            return super()._generate_single_turn(*args, **kwargs)
+        # same tokens, bit for bit); vLLM and continuous batching never call generate's prefill, so it is a no-op
         with prefill_once_per_prompt(self.accelerator.unwrap_model(self.model)):
             return super()._generate_single_turn(*args, **kwargs)
 
