@@ -118,12 +118,16 @@ class RewardModelEvaluator(Evaluator):
             margins = [c - r for c, r in zip(chosen, rejected)]
             per_problem = {"accuracy": [float(m > 0) for m in margins], "margin": margins}
         else:
-            details["evaluation"] = evaluate(info, model, tokenizer, dataset, self.options.batch_size)
-            fixed = {k: float(v) for k, v in details["evaluation"].items() if isinstance(v, (int, float))}
             if info["kind"] == "process":  # step accuracy per labelled step, so it gets a Wilson interval
+                from custom_losses.reward_models.losses import step_metrics
+
                 predicted, truth = step_predictions(model, dataset, tokenizer.pad_token_id, self.options.batch_size)
+                details["evaluation"] = step_metrics(predicted, truth)  # evaluate()'s numbers, from one pass
                 per_problem = {"step_accuracy": [float(a == b) for a, b in zip(predicted, truth)]}
-                fixed.pop("step_accuracy", None)
+            else:
+                details["evaluation"] = evaluate(info, model, tokenizer, dataset, self.options.batch_size)
+            fixed = {k: float(v) for k, v in details["evaluation"].items() if isinstance(v, (int, float))}
+            fixed.pop("step_accuracy", None)  # a process RM's is per_problem's, with its interval
         details["demo"] = demo(info, model, tokenizer, rows, self.recipe.args.system_prompt) \
             if shows_book_demo(self.recipe) else []
         rates, samples = {"accuracy", "step_accuracy"}, []

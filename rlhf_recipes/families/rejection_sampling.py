@@ -35,7 +35,7 @@ from typing import Any
 
 from rewards.reward_model import RM_PREFIX
 from rlhf_recipes.generation import free_memory, generate
-from rlhf_recipes.families.base import BookFigure
+from rlhf_recipes.families.base import BookFigure, Family
 from rlhf_recipes.families.rejection_sampling_stages import Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
@@ -302,12 +302,10 @@ class RejectionSampling(SupervisedFineTuning):
                 "grading": self.task_evaluator(recipe).grading(),
                 **getattr(self, "stage_stats", {})}
 
-    def evaluator(self, recipe, options):
-        """Stage 6 as a held-out evaluation, by the task the prompts come from: greedy exact match on GSM8K's test
-        questions (the book's recipes), or on spell_backward's held-out draw (reasoning_gym: the nano profile)."""
-        from rlhf_recipes.evaluation import task_evaluator
-
-        return task_evaluator(recipe, options)
+    # Stage 6 as a held-out evaluation, by the task the prompts come from: greedy exact match on GSM8K's test
+    # questions (the book's recipes), or on spell_backward's held-out draw (reasoning_gym: the nano profile). That is
+    # Family's default, which the SFT family in between replaces.
+    evaluator = Family.evaluator
 
 
 def verifier_scores(name: str, records: list[dict[str, Any]]) -> list[float]:

@@ -96,8 +96,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     how = launch.describe() if launch.given else "one process (no --config_file)"
     yield Finding(OK, "recipe", f"{recipe.source}: {recipe.algorithm.name}, {how}"
                                 + (f", profile {recipe.args.profile}" if recipe.args.profile else ""))
-    gpus = list(gpu_findings(recipe, launch))
-    yield from gpus
+    yield from gpu_findings(recipe, launch)
     yield from core.extras_findings(recipe, deepspeed=launch.distributed == "DEEPSPEED")
     wandb = core.wandb_finding(recipe)
     if wandb is not None:
@@ -116,7 +115,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
                                         "the disk and memory checks are skipped (rlhf-recipes plan explains)")
     if shape is not None:
         yield from checked("disk", lambda: _disk(recipe, shape, launch))
-        yield from checked("memory", lambda: memory_finding(recipe, launch, shape, bf16, gpus))
+        yield from checked("memory", lambda: memory_finding(recipe, launch, shape, bf16))
 
 
 def checked(topic: str, check) -> Iterator[Finding]:
@@ -330,7 +329,7 @@ def _disk(recipe, shape, launch) -> Finding | None:
                              deepspeed=launch.distributed == "DEEPSPEED")
 
 
-def memory_finding(recipe, launch, shape, bf16: bool, gpus: list[Finding]) -> Finding:
+def memory_finding(recipe, launch, shape, bf16: bool) -> Finding:
     """The planner's verdict on the GPUs torch sees (their memory), else on a 48 GB A6000, the recipes' card."""
     import torch
 

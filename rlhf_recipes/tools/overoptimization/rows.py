@@ -47,9 +47,9 @@ def proxy_scale(base: dict[str, Any], proxy: str) -> tuple[float, float]:
     return float(flat.mean()), float(flat.std()) or 1.0
 
 
-def _proxy_cells(base: dict[str, Any], proxy: str, per_problem: list[float]) -> dict[str, Any]:
-    """The proxy's cells, and `proxy_z`: its mean in the proxy's base units (proxy_scale)."""
-    mean, std = proxy_scale(base, proxy)
+def _proxy_cells(scale: tuple[float, float], per_problem: list[float]) -> dict[str, Any]:
+    """The proxy's cells, and `proxy_z`: its mean in the proxy's base units (`scale`: proxy_scale's)."""
+    mean, std = scale
     cells = _cells("proxy", per_problem)
     return {**cells, "proxy_z": (cells["proxy"] - mean) / std}
 
@@ -62,13 +62,13 @@ def proxy_accuracy(base: dict[str, Any], proxy: str) -> dict[str, Any]:
 
 
 def best_of_n_rows(base: dict[str, Any], proxy: str, ns: list[int]) -> list[dict[str, Any]]:
-    rows = []
+    rows, scale = [], proxy_scale(base, proxy)
     for n in ns:
         picks = [best_of_n_pick(s, g, n) for s, g in zip(base["proxy"][proxy], base["gold"])]
         kl = kl_best_of_n(n)
         rows.append({"proxy_name": proxy, "n": n, "kl": kl, "d": math.sqrt(kl),
                      "kl_method": "analytic: log n - (n-1)/n", **_cells("gold", [g for g, _ in picks]),
-                     **_proxy_cells(base, proxy, [p for _, p in picks])})
+                     **_proxy_cells(scale, [p for _, p in picks])})
     return rows
 
 
@@ -78,7 +78,8 @@ def trajectory_rows(base: dict[str, Any], measured: dict[str, Any], scored_by: s
     checkpoint in step order, with the proxy `scored_by`'s scores (None: none); `labels` (proxy, or algorithm and
     beta) go into every row."""
     def proxy(groups: list[list[float]] | None) -> dict[str, Any]:
-        return {} if scored_by is None or groups is None else _proxy_cells(base, scored_by, _per_problem_mean(groups))
+        return {} if scored_by is None or groups is None else \
+            _proxy_cells(proxy_scale(base, scored_by), _per_problem_mean(groups))
 
     rows = [{"step": 0, "kl": 0.0, "kl_low": 0.0, "kl_high": 0.0, "d": 0.0, "kl_logratio": 0.0,
              **_cells("gold", _per_problem_mean(base["gold"])), **proxy(base["proxy"].get(scored_by))}]
