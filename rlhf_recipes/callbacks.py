@@ -249,10 +249,13 @@ class HealthCallback(TrainerCallback):
 
 def first_nonfinite_parameter(model) -> str | None:
     """The name of the first trainable parameter holding a NaN or inf, or None (frozen weights are not checked:
-    the optimizer never writes them, and a 4-bit base would cost a dequantization)."""
+    the optimizer never writes them, and a 4-bit base would cost a dequantization). Under ZeRO-3 a parameter is an
+    empty placeholder between forwards and this rank's shard is its `ds_tensor`: the shard is what is checked (a
+    rank that finds a NaN raises, and the launcher stops the others)."""
     import torch
 
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.numel()]
+    params = [(n, getattr(p, "ds_tensor", p)) for n, p in model.named_parameters() if p.requires_grad]
+    params = [(n, p) for n, p in params if p.numel()]
     if not params:
         return None
     with torch.no_grad():

@@ -7,11 +7,14 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, read_metrics
+from conftest import RECIPES, ROOT, read_metrics
 from rlhf_recipes.checkpoints import checkpoint_step, find_resumable_checkpoint
 from rlhf_recipes.train import main as train
 
@@ -85,6 +88,42 @@ def test_a_learning_rate_that_makes_the_weights_nan_fails_the_run_and_keeps_the_
     assert SavedRun.open(out).status == "failed at step 2"
     assert find_resumable_checkpoint(out).checkpoint == out / "checkpoint-1"  # complete: what --resume takes
     assert all(math.isfinite(v) for r in read_metrics(out) for v in r.values() if isinstance(v, float))
+
+
+ZERO3_NAN_SHARD = """
+import os, sys
+import torch
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                  ACCELERATE_USE_DEEPSPEED="true")
+from rlhf_recipes.cpu_launch import skip_unused_shm_op
+skip_unused_shm_op()
+import deepspeed
+from rlhf_recipes.callbacks import first_nonfinite_parameter
+deepspeed.init_distributed(dist_backend="gloo")
+with deepspeed.zero.Init(config_dict_or_path={"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1}):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+assert all(p.numel() == 0 for p in model.parameters())  # partitioned: placeholders between forwards
+clean = first_nonfinite_parameter(model)
+with torch.no_grad():
+    model[1].weight.ds_tensor[3] = float("nan")
+print(clean, first_nonfinite_parameter(model))
+"""
+
+
+@pytest.mark.multiprocess
+def test_nan_weights_are_found_in_a_zero3_shard(tmp_path):
+    """Under ZeRO-3 every parameter is an empty placeholder between forwards (DeepSpeed's free_param) and the
+    weights live in each rank's `ds_tensor` shard: the per-step weight check must read the shard, or it checks
+    nothing and a checkpoint can hold NaN weights. Real DeepSpeed partitioning (zero.Init) in a child process."""
+    pytest.importorskip("deepspeed")
+    from conftest import free_port
+
+    script = tmp_path / "zero3_nan.py"
+    script.write_text(ZERO3_NAN_SHARD)
+    done = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "None 1.weight", done.stdout
 
 
 def test_a_nan_gradient_norm_is_an_error_even_when_the_logged_loss_is_finite():
