@@ -164,6 +164,14 @@ EXTRAS = {
 }
 
 
+# transformers' optimizers built from bitsandbytes (trainer_optimizer._BITSANDBYTES_OPTIMIZERS; a test keeps the two
+# equal): named here so that reading a recipe does not import transformers.
+BITSANDBYTES_OPTIMIZERS = frozenset({
+    "adamw_8bit", "adamw_bnb_8bit", "ademamix", "ademamix_8bit", "lion_32bit", "lion_8bit", "paged_adamw_32bit",
+    "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit",
+    "rmsprop_bnb", "rmsprop_bnb_32bit", "rmsprop_bnb_8bit"})
+
+
 def deepspeed_launch() -> bool:
     """Launched by accelerate with a DeepSpeed config (accelerate sets this for every process)."""
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
@@ -176,10 +184,12 @@ def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]
         needs.append(("deepspeed", "the accelerate config (DeepSpeed)"))
     elif recipe.value("deepspeed"):  # TrainingArguments' own DeepSpeed config, without an accelerate launch
         needs.append(("deepspeed", recipe.where("deepspeed")))
-    for key in ("load_in_4bit", "load_in_8bit"):
-        if recipe.value(key):
-            needs.append(("bitsandbytes", recipe.where(key)))
-            break
+    quantized = [key for key in ("load_in_4bit", "load_in_8bit") if recipe.value(key)]
+    optim = recipe.value("optim")
+    if getattr(optim, "value", optim) in BITSANDBYTES_OPTIMIZERS:  # a name, or TrainingArguments' enum of it
+        quantized.append("optim")
+    if quantized:
+        needs.append(("bitsandbytes", recipe.where(quantized[0])))
     backend = recipe.value("rollout_backend")
     if isinstance(backend, str) and backend.startswith("vllm"):
         needs.append(("vllm", recipe.where("rollout_backend")))

@@ -230,6 +230,21 @@ def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
     assert preflight.extras_findings(recipe, deepspeed=False) == []
 
 
+def test_a_bitsandbytes_optimizer_keeps_bitsandbytes_in_the_run():
+    """`--optim adamw_bnb_8bit` (or any of transformers' bitsandbytes optimizers) needs bitsandbytes as 4-bit weights
+    do: a run's own process left it out (quiet.leave_out_unused), and the Trainer then failed at its first step,
+    after the model loaded: "You need to install `bitsandbytes` in order to use bitsandbytes optimizers"."""
+    from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
+
+    assert preflight.BITSANDBYTES_OPTIMIZERS == {optim.value for optim in _BITSANDBYTES_OPTIMIZERS}
+    for optim in ("adamw_bnb_8bit", "paged_adamw_32bit", "lion_8bit"):
+        recipe = _recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--optim", optim)
+        assert preflight.needed_extras(recipe) == [("bitsandbytes", "command line: `optim`")]
+        assert "bitsandbytes" in preflight.needed_packages(recipe)
+    assert preflight.needed_extras(_recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--optim",
+                                           "adamw_torch")) == []
+
+
 def test_a_recipes_own_deepspeed_config_needs_the_package_too(monkeypatch, capsys, tmp_path):
     """TrainingArguments' own `deepspeed` key (a DeepSpeed config without an accelerate DeepSpeed launch) needs the
     package as a DeepSpeed launch does: without it the run stops at its start naming the key and the install, and
