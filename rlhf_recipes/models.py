@@ -55,7 +55,11 @@ def model_init_kwargs(model_args) -> dict:
     quantization = get_quantization_config(model_args)
     if quantization is not None:
         kwargs["quantization_config"] = quantization
-        if torch.cuda.is_available():  # quantized weights are placed at load time, one GPU per process
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        # Quantized weights are placed at load time, one GPU per process; under ZeRO-3 DeepSpeed places them, and
+        # transformers refuses any device_map there ("DeepSpeed Zero-3 is not compatible with passing a device_map").
+        if torch.cuda.is_available() and not is_deepspeed_zero3_enabled():
             from accelerate import PartialState
 
             kwargs["device_map"] = {"": PartialState().local_process_index}

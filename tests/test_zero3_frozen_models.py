@@ -51,6 +51,33 @@ def test_a_reward_model_loads_whole_while_a_zero3_config_is_registered(tiny_rm):
     assert all(p.dim() >= 1 and p.numel() > 0 for p in reward.scorer.model.parameters())
 
 
+def test_qlora_under_zero3_loads_without_a_device_map(monkeypatch):
+    """4-bit weights on a GPU were always given a device_map (one GPU per process), which transformers refuses
+    while a ZeRO-3 config is registered: a QLoRA run under zero3.yaml died at the model's load on any GPU machine.
+    The CPU never took that branch; here torch says it has a GPU."""
+    pytest.importorskip("deepspeed")
+    import torch
+    from transformers.integrations import deepspeed as hf_deepspeed
+    from transformers.integrations import HfDeepSpeedConfig
+    from accelerate import PartialState
+    from trl import ModelConfig, get_quantization_config
+
+    from rlhf_recipes.models import model_init_kwargs
+    from rlhf_recipes.tiny import tiny_model_path
+
+    qlora = ModelConfig(model_name_or_path=str(tiny_model_path()), use_peft=True, load_in_4bit=True, dtype="bfloat16")
+    get_quantization_config(qlora), PartialState()  # their imports run before torch claims a GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert model_init_kwargs(qlora)["device_map"] == {"": 0}  # DDP / one GPU: each process its own GPU
+    config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        kwargs = model_init_kwargs(qlora)
+    finally:
+        del config
+        hf_deepspeed.unset_hf_deepspeed_config()
+    assert "device_map" not in kwargs and kwargs["quantization_config"].load_in_4bit
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_reward_model_scores_rollouts_under_zero3_two_processes(tiny_rm, tmp_path):
