@@ -271,13 +271,28 @@ def cpu_requested(recipe) -> bool:
     return bool(recipe.value("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
 
 
+def one_process_many_gpus(gpus: int) -> Finding:
+    """One process that sees several GPUs: the Trainer would spread each batch over them with nn.DataParallel."""
+    return Finding(STOP, "gpus", f"one process sees {gpus} GPUs, so transformers' Trainer would wrap the model in "
+                                 f"nn.DataParallel (TRL's trainers refuse it after the model has loaded; the others "
+                                 f"would train at {gpus}x the recipe's batch). Launch one process per GPU (accelerate "
+                                 f"launch --config_file accelerate_configs/4gpu.yaml with num_processes {gpus}), or "
+                                 "train on one GPU: CUDA_VISIBLE_DEVICES=0")
+
+
 def accelerator_finding(recipe) -> Finding | None:
-    """A real run where torch sees no GPU would train on the CPU: refused, unless asked for."""
-    if not is_real_run(recipe) or cpu_requested(recipe):
+    """A real run where torch sees no GPU would train on the CPU: refused, unless asked for. Any run of one process
+    that sees several GPUs: refused (nn.DataParallel)."""
+    if cpu_requested(recipe):
         return None
     import torch
 
-    if torch.cuda.is_available():
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return one_process_many_gpus(gpus)
+    if not is_real_run(recipe):
+        return None
+    if gpus:
         return Finding(OK, "gpus", f"torch sees {torch.cuda.device_count()} GPU(s)")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return Finding(OK, "gpus", "torch sees an Apple GPU (MPS)")

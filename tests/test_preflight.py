@@ -166,6 +166,60 @@ def test_a_real_recipe_without_a_gpu_is_refused_unless_the_cpu_is_asked_for(no_g
     check_inputs(_recipe(str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(tmp_path / "t")))
 
 
+@pytest.fixture
+def four_gpus(monkeypatch):
+    import transformers.integrations.integration_utils  # noqa: F401  (imported before torch claims GPUs: their
+    import trl.trainer.dpo_config  # noqa: F401           imports probe CUDA's own functions)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA RTX A6000")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+
+
+def test_one_process_that_sees_several_gpus_is_refused_before_anything_loads(four_gpus, monkeypatch, tmp_path):
+    """`python recipes/run.py` (or accelerate's 1gpu.yaml, gpu_ids: all) on a 4-GPU machine: transformers' Trainer
+    counts every visible GPU (TrainingArguments.n_gpu) and wraps the model in nn.DataParallel. TRL's trainers then
+    refused it after the data and model had loaded; the ORM/PRM's plain Trainer trained at 4x the batch while
+    final_results.json reported the recipe's."""
+    from rlhf_recipes.validation import check_inputs
+
+    tiny = [str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(tmp_path / "t")]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(RecipeError) as refused:
+        check_inputs(_recipe(*tiny))
+    message = str(refused.value)
+    assert "one process sees 4 GPUs" in message and "nn.DataParallel" in message and "\n" not in message
+    assert "CUDA_VISIBLE_DEVICES=0" in message and "num_processes 4" in message
+    check_inputs(_recipe(*tiny, "--use_cpu", "true"))  # the CPU on purpose: no GPU is used
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a process of a launch of several: one GPU each
+    check_inputs(_recipe(*tiny))
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("1gpu.yaml", "stop gpus one process sees 4 GPUs"),
+    ("4gpu.yaml", "ok gpus accelerate_configs/4gpu.yaml wants 4 GPU(s)"),
+])
+def test_preflight_names_one_process_on_several_gpus(four_gpus, config, expected):
+    from rlhf_recipes.tools.planner.launch import read_launch
+    from rlhf_recipes.tools.preflight import gpu_findings
+
+    findings = list(gpu_findings(_recipe(str(RECIPES / "dpo.yaml")), read_launch(f"accelerate_configs/{config}")))
+    assert [f"{f.level} {f.topic} {f.text}" for f in findings if f.topic == "gpus"][0].startswith(expected), findings
+
+
+def test_an_accelerate_config_that_names_one_gpu_is_one_gpu(four_gpus, tmp_path):
+    """accelerate sets CUDA_VISIBLE_DEVICES from a `gpu_ids` that names GPUs: that one process sees one."""
+    from rlhf_recipes.tools.planner.launch import read_launch
+    from rlhf_recipes.tools.preflight import gpu_findings
+
+    config = tmp_path / "gpu2.yaml"
+    config.write_text((ROOT / "accelerate_configs" / "1gpu.yaml").read_text().replace("gpu_ids: all", 'gpu_ids: "2"'))
+    launch = read_launch(str(config))
+    assert launch.gpu_ids == "2"
+    assert [f.level for f in gpu_findings(_recipe(str(RECIPES / "dpo.yaml")), launch) if f.topic == "gpus"] == ["ok"]
+
+
 # --------------------------------------------------------------------------------------
 # Disk
 

@@ -151,6 +151,10 @@ def gpu_findings(recipe, launch) -> Iterator[Finding]:
     asked = (f"{launch.source} wants {wanted} GPU(s) on this machine (num_processes {launch.processes}"
              + (f" over {launch.machines} machines" if launch.machines > 1 else "") + ")"
              if launch.given else "a real run wants a GPU")
+    visible = len(launch.gpu_ids.split(",")) if launch.gpu_ids else seen
+    if launch.processes == 1 and min(seen, visible) > 1:
+        yield core.one_process_many_gpus(min(seen, visible))
+        return
     if seen >= wanted:
         names = sorted({torch.cuda.get_device_name(i) for i in range(seen)})
         yield Finding(OK, "gpus", f"{asked}; torch {torch.__version__} sees {seen}: {', '.join(names)}")

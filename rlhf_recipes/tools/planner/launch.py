@@ -25,6 +25,7 @@ class Launch:
     given: bool = False
     cpu: bool = False
     machines: int = 1
+    gpu_ids: str | None = None  # accelerate's `gpu_ids` when it names GPUs (it then sets CUDA_VISIBLE_DEVICES); None: all
 
     @property
     def zero3(self) -> bool:
@@ -79,7 +80,8 @@ def read_launch(path: str | None) -> Launch:
                   offload_params=str(ds.get("offload_param_device", "none")).lower() not in ("none", "null", ""),
                   mixed_precision=str(data.get("mixed_precision", "no")), given=True,
                   cpu=bool(data.get("use_cpu")) or distributed == "MULTI_CPU",
-                  machines=int(data.get("num_machines", 1) or 1))
+                  machines=int(data.get("num_machines", 1) or 1),
+                  gpu_ids=None if str(data.get("gpu_ids", "all")).lower() in ("all", "none", "") else str(data["gpu_ids"]))
 
 
 def _from_deepspeed_json(path: str, json_path: str) -> dict:
