@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,14 +313,39 @@ def _compare_settings(recipe: Recipe, folder: RunFolder) -> None:
     folder.resolved = {**base, **({"resumed_with_changes": recorded} if recorded else {})}
 
 
-def configure_reporting(recipe: Recipe) -> None:
-    """wandb reads its settings from the environment; set them from the recipe before the Trainer starts."""
+_WANDB_RESUME_SET: dict[str, str] = {}  # what configure_reporting put in the environment for a resumed run
+
+
+def configure_reporting(recipe: Recipe, resuming: bool = False) -> None:
+    """wandb reads its settings from the environment; set them from the recipe before the Trainer starts. A resumed
+    run logs on into its wandb run (the id of <output_dir>/wandb/latest-run), not into a new one beside it."""
     if recipe.args.wandb_project:
         os.environ["WANDB_PROJECT"] = recipe.args.wandb_project
     if recipe.args.wandb_mode:
         os.environ["WANDB_MODE"] = recipe.args.wandb_mode
     # wandb's files belong with the run they log (<output_dir>/wandb), even when one process runs several recipes.
     os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
+    for key, value in _WANDB_RESUME_SET.items():  # an earlier recipe's resume, in the same process, is not this one's
+        if os.environ.get(key) == value:
+            del os.environ[key]
+    _WANDB_RESUME_SET.clear()
+    from rlhf_recipes.preflight import reports_to_wandb
+
+    if resuming and "WANDB_RUN_ID" not in os.environ and reports_to_wandb(recipe.value("report_to")):
+        latest = Path(recipe.value("output_dir")) / "wandb" / "latest-run"  # wandb's link: [offline-]run-<time>-<id>
+        if latest.is_symlink():
+            _WANDB_RESUME_SET.update(WANDB_RUN_ID=os.readlink(latest).rsplit("-", 1)[-1], WANDB_RESUME="allow")
+            os.environ.update(_WANDB_RESUME_SET)
+
+
+def end_wandb_run() -> None:
+    """transformers' WandbCallback leaves its wandb run open when training ends (the process's exit closes it), and
+    wandb reads its environment once per process (wandb.setup): a process that runs another recipe next would log it
+    into this one's run, with this one's project, folder and id. Both end here."""
+    wandb = sys.modules.get("wandb")  # None where the run left it out (quiet.leave_out_unused)
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+        wandb.teardown()
 
 
 def run_callbacks(recipe: Recipe, folder: RunFolder):

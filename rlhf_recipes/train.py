@@ -22,7 +22,7 @@ from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.report import plot_curves
 from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE, write_final_results
 from rlhf_recipes.run_setup import (
-    configure_reporting, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
+    configure_reporting, end_wandb_run, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
 )
 from rlhf_recipes.validation import check_inputs
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
                 raise
             report_error(RecipeError(f"no space left on device while writing {where}; nothing was started"))
             return EXIT_FAILED
-        configure_reporting(recipe)
+        configure_reporting(recipe, resuming=folder.checkpoint is not None)
         explain_once(recipe)
         try:
             # What must exist before the model loads: an embedded nano base (nano, nano-sdpo) is built once by its
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
             return 2
         return train_and_report(recipe, folder, trainer, family, interrupt, health)
     finally:
+        end_wandb_run()
         if console is not None:
             console.stop()  # a no-op where already stopped
         if folder is not None:

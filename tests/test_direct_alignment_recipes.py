@@ -90,9 +90,17 @@ def test_interrupt_then_resume_loses_nothing(tmp_path):
             assert row["loss"] == pytest.approx(reference[row["step"]], rel=1e-4, abs=1e-6), row["step"]
 
 
-@pytest.mark.slow  # wandb's own service process starts and syncs offline: ~20 s under load
-def test_wandb_offline_logging_needs_no_network(tmp_path):
+@pytest.mark.slow  # wandb's own service process starts and syncs offline: ~20 s under load, twice
+def test_wandb_offline_logging_needs_no_network_and_a_resume_logs_into_the_same_run(tmp_path, monkeypatch):
+    """A resumed run (a crash, a SLURM requeue with --resume auto) continues its wandb run: every start used to open
+    a new one, so one run's curves were split across several wandb runs."""
+    for key in ("WANDB_RUN_ID", "WANDB_RESUME"):  # restored after the test: a resume sets them in this process
+        monkeypatch.delenv(key, raising=False)
     out = tmp_path / "wandb"
-    run_recipe("dpo.yaml", out, "--report_to", "wandb", "--wandb_mode", "offline", "--wandb_project", "rlhf-test")
-    runs = list((out / "wandb").glob("offline-run-*"))
-    assert runs, f"no offline wandb run under {out / 'wandb'}"
+    run_recipe("dpo.yaml", out, "--report_to", "wandb", "--wandb_mode", "offline", "--wandb_project", "rlhf-test",
+               "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1")
+    (first,) = (out / "wandb").glob("offline-run-*")
+    (out / "final_results.json").unlink()  # as a crash leaves it
+    run_recipe(out / "config.yaml", out, "--resume", "--max_steps", "3", "--allow_changes")
+    runs = sorted(p.name for p in (out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and {name.rsplit("-", 1)[1] for name in runs} == {first.name.rsplit("-", 1)[1]}, runs
