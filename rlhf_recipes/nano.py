@@ -265,9 +265,11 @@ def ship_bases() -> list[Path]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """`rlhf-recipes nano build [--sdpo]`: build the nano base (and with --sdpo the nano-sdpo base) now, if missing,
-    and print where each is. Every --profile nano run does this first; this runs it alone (e.g. before a sweep).
-    `rlhf-recipes nano ship` copies both builds into the checkout (reference_runs/nano/bases/) for a commit."""
+    """`rlhf-recipes nano build [--sdpo]` builds the nano bases now, if missing; `nano ship` copies them to the repo.
+
+    build: the nano base (with --sdpo also the nano-sdpo base), and print where each is. Every --profile nano run does
+    this first; this runs it alone (e.g. before a sweep). ship: copy both builds into the checkout
+    (reference_runs/nano/bases/) for a commit."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="rlhf-recipes nano", description=cli.__doc__.split("\n")[0])

@@ -196,7 +196,10 @@ class SavedRun:
     def open(cls, path: str | Path) -> "SavedRun":
         path = Path(path)
         if not path.is_dir():
-            raise RunFolderError(f"{path}: no such folder (expected a run's output_dir, e.g. outputs/dpo)")
+            here = sorted(str(p) for p in path.parent.glob("*") if is_run_dir(p))[:8] if path.parent.is_dir() else []
+            raise RunFolderError(f"{path}: no such folder (expected a run's output_dir"
+                                 + (f"; run folders in {path.parent}: {', '.join(here)})" if here else
+                                    ", the folder recipes/run.py trains into)"))
         if not is_run_dir(path):
             raise RunFolderError(f"{path}: not a run folder (no config.yaml with an `algorithm`, which "
                                  "recipes/run.py writes first into its output_dir)")

@@ -266,8 +266,10 @@ def holds_a_run(output_dir: Path) -> str:
     except (OSError, ValueError):  # unreadable: not a finished run
         finished = False
     if finished:
+        names = (f"{output_dir}-rerun{n if n > 1 else ''}" for n in range(1, 1000))
+        free = next(name for name in names if not Path(name).exists())
         return (f"{output_dir} already holds a finished run. Run it again into a new folder with --output_dir "
-                f"{output_dir}-rerun, or replace it with --overwrite.")
+                f"{free}, or replace it with --overwrite.")
     return (f"{output_dir} already holds a run. Continue it with --resume, start over with --overwrite, "
             "or pick another --output_dir.")
 

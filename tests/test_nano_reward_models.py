@@ -119,4 +119,7 @@ def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_b
     assert result["details"]["best_of_n"]["problems"] == 200 and result["details"]["best_of_n"]["overlaps_dropped"] >= 0
     assert metrics["random_pick_accuracy"] <= metrics["oracle_accuracy"]
     assert result["details"]["demo"] == [] and result["samples"][0]["rollouts_by_score"]  # not the book's GSM8K demo
+    shown = [text for sample in result["samples"] for text, _, _ in sample["rollouts_by_score"]]
+    assert any(text.startswith("…") for text in shown)  # a cut rollout says so ("…ink>", not the model's "ink>")
+    assert all(len(text) <= 40 for text in shown), shown
     assert metrics["best_of_n_gain"] >= MARGIN, (metrics, gain)

@@ -244,8 +244,11 @@ def test_a_start_into_a_finished_run_offers_a_new_folder_not_resume(tmp_path):
         with pytest.raises(RecipeError) as info:
             check(recipe)
         message = str(info.value)
-        assert f"{out} already holds a finished run" in message and f"--output_dir {out}-rerun" in message
+        assert f"{out} already holds a finished run" in message and f"--output_dir {out}-rerun," in message
         assert "--overwrite" in message and "--resume" not in message and "\n" not in message
+    (tmp_path / "run-rerun").mkdir()  # the first re-run's folder, taken: the next free name is offered
+    with pytest.raises(RecipeError, match=f"--output_dir {out}-rerun2, or replace it"):
+        prepare_output_dir(recipe)
     assert (out / "config.yaml").read_text() == "algorithm: dpo\n"
 
 

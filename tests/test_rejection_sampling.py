@@ -346,6 +346,7 @@ def test_recipe_runs_every_stage(finished):
 
     text = table([str(out)])
     assert "rejection_sampling_top_per_prompt" in text and "0.790" in text and "0.760" in text
+    assert text.splitlines()[0].split()[-3:] == ["profile", "graded", "by"] and " tiny " in text.splitlines()[-1]
     assert results["grading"].startswith("boxed_rule book") and "boxed_rule book" in text  # which rule graded it
     assert all(r["boxed_rule"] == "book" for r in read_jsonl(out / "eval_tuned.jsonl"))
 

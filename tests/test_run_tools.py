@@ -175,6 +175,22 @@ def test_runs_bad_inputs_are_one_line_errors(tmp_path, capsys):
         assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_a_missing_run_folder_names_the_run_folders_beside_it(tmp_path):
+    """`rlhf-recipes chat outputs/dpo` after a tiny run: the error offered `outputs/dpo` itself as the example of a
+    run folder; it names the ones that are there."""
+    from rlhf_recipes.run_folder import RunFolderError, SavedRun
+
+    (tmp_path / "dpo-tiny").mkdir()
+    (tmp_path / "dpo-tiny" / "config.yaml").write_text("algorithm: dpo\n")
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(RunFolderError) as missing:
+        SavedRun.open(tmp_path / "dpo")
+    assert str(missing.value) == (f"{tmp_path / 'dpo'}: no such folder (expected a run's output_dir; run folders in "
+                                  f"{tmp_path}: {tmp_path / 'dpo-tiny'})")
+    with pytest.raises(RunFolderError, match=r"no such folder \(expected a run's output_dir, the folder recipes/run"):
+        SavedRun.open(tmp_path / "nowhere" / "dpo")
+
+
 def test_runs_into_a_reader_that_stops_early_exits_quietly(tmp_path):
     """`rlhf-recipes runs --json | head -1`: the reader closes the pipe; no BrokenPipeError traceback."""
     for i in range(300):  # more than a pipe holds (64 KiB), so the write meets the closed pipe whatever the timing

@@ -52,6 +52,11 @@ def best_of_n(info: dict, model, tokenizer, rows: list[dict[str, Any]], batch_si
     for row, s, y in list(zip(rows, scores, correct))[:samples]:
         ranked = sorted({c: (round(v, 4), bool(ok)) for c, v, ok in zip(row["completions"], s, y)}.items(),
                         key=lambda item: -item[1][0])
-        shown.append({"question": row["prompt"][-1]["content"][-60:], "answer": row.get("answer"),
-                      "rollouts_by_score": [[c[-40:], v, ok] for c, (v, ok) in ranked]})
+        shown.append({"question": _tail(row["prompt"][-1]["content"], 60), "answer": row.get("answer"),
+                      "rollouts_by_score": [[_tail(c, 40), v, ok] for c, (v, ok) in ranked]})
     return selection(scores, correct), shown
+
+
+def _tail(text: str, n: int) -> str:
+    """The last n characters, marked with an ellipsis where cut (a cut "<think>" read as the model's own "hink>")."""
+    return text if len(text) <= n else "…" + text[-(n - 1):]

@@ -43,7 +43,8 @@ COMMANDS: dict[str, Command] = {
     "show": Command("rlhf_recipes.show:main",
                     "what a run would train with: every setting and where it came from (class, algorithm, recipe, "
                     "profile, command line)"),
-    "nano": Command("rlhf_recipes.nano:cli", "nano build: build the nano base (--sdpo: also nano-sdpo) now, if missing"),
+    "nano": Command("rlhf_recipes.nano:cli",
+                    "nano build | ship: build the nano base (--sdpo: also nano-sdpo) if missing; ship: to the repo"),
     "compare": Command("rlhf_recipes.tools.compare.cli:main", "compare runs with the book's published runs or each other"),
     "preflight": Command("rlhf_recipes.tools.preflight:main",
                          "before a launch: what would stop or spoil the run (GPUs, packages, wandb, hub, disk, memory)"),

@@ -5,7 +5,8 @@
 Reads each run's final_results.json; the book's numbers come from rlhf_recipes/book_reference.py (`results` of the
 run's algorithm: for rejection sampling, chapter 9, the base model's test_accuracy and the tuned one of each selection
 rule and its random control). The last column says which rule graded the run's answers (final_results.json `grading`:
-GSM8K's boxed_rule): the book's numbers are graded by its own rule, boxed_rule book.
+GSM8K's boxed_rule): the book's numbers are graded by its own rule, boxed_rule book. A run on a profile (tiny, nano:
+another model and task) says so in its `profile` column: the book's columns are then the real run's, not its peer.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
         rows.append([number(cell, ".3f") for cell in (
             results.get("algorithm"), results.get(BASE_PREFIX + metric), results.get(metric),
             book.results.get(BASE_PREFIX + metric), book.results.get(metric), ", ".join(book.runs), str(run),
-            results.get("grading"))])
+            results.get("profile"), results.get("grading"))])
     return plain_table(["algorithm", f"base {metric}", f"tuned {metric}", "book base", "book tuned", "book run", "run",
-                        "graded by"], rows)
+                        "profile", "graded by"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

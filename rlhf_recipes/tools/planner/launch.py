@@ -25,7 +25,7 @@ class Launch:
     given: bool = False
     cpu: bool = False
     machines: int = 1
-    gpu_ids: str | None = None  # accelerate's `gpu_ids` when it names GPUs (it then sets CUDA_VISIBLE_DEVICES); None: all
+    gpu_ids: str | None = None  # accelerate's `gpu_ids` when it names GPUs (it sets CUDA_VISIBLE_DEVICES); None: all
 
     @property
     def zero3(self) -> bool:
@@ -81,7 +81,8 @@ def read_launch(path: str | None) -> Launch:
                   mixed_precision=str(data.get("mixed_precision", "no")), given=True,
                   cpu=bool(data.get("use_cpu")) or distributed == "MULTI_CPU",
                   machines=int(data.get("num_machines", 1) or 1),
-                  gpu_ids=None if str(data.get("gpu_ids", "all")).lower() in ("all", "none", "") else str(data["gpu_ids"]))
+                  gpu_ids=None if str(data.get("gpu_ids", "all")).lower() in ("all", "none", "")
+                  else str(data["gpu_ids"]))
 
 
 def _from_deepspeed_json(path: str, json_path: str) -> dict:
