@@ -276,6 +276,56 @@ def check_model(name: str | None, flag: str, chat_template: bool = False) -> Non
         check_hub_model(name, flag)
 
 
+def check_value_model(recipe) -> None:
+    """PPO's value_model_path: a hub id, a saved model, or a reward-model run (its merged/ copy for a LoRA run, which
+    the value model loads as `rm:` rewards do)."""
+    name = recipe.value("value_model_path")
+    if not name:
+        return
+    flag = recipe.where("value_model_path")
+    if not looks_local(name):
+        check_hub_model(name, flag)
+        return
+    if not Path(name).expanduser().is_dir():
+        raise RecipeError(f"{flag}: no such folder {name}. Name a saved model or a reward-model run's output_dir "
+                          "(e.g. outputs/hh_rm), or leave it null for a copy of the policy")
+    try:
+        check_model_folder(resolve_reward_model_dir(str(Path(name).expanduser())), flag, tokenizer=False)
+    except ValueError as e:
+        raise RecipeError(f"{flag}: {e}") from None
+
+
+def check_token_classifiers(recipe) -> None:
+    """An ORM, a PRM and PPO's separate value model load as AutoModelForTokenClassification: a model type transformers
+    has no such class for (OLMo, OLMo-2, OLMo-3) failed after the policy and its reference had loaded."""
+    from rlhf_recipes.model_checks import model_config
+    from rlhf_recipes.registry import family_of
+
+    for key in family_of(recipe.algorithm).token_classifiers(recipe):
+        name = str(recipe.value(key))
+        config = model_config(_model_dir(name))
+        model_type = (config or {}).get("model_type")
+        if model_type is None:
+            continue
+        from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+
+        if model_type not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:
+            fix = ("set share_value_backbone: true (the value head on the policy's own backbone) or give "
+                   "value_model_path a model that has one" if recipe.has("share_value_backbone") else
+                   "pick a base model whose type has one (Qwen3, Llama, Qwen2, ...)")
+            raise RecipeError(f"{recipe.where(key)}: `{name}` is a {model_type} model, and transformers has no "
+                              f"token-classification class for {model_type} (the per-token score this run trains); "
+                              f"{fix}")
+
+
+def _model_dir(name: str) -> str:
+    """A run folder's full model: itself, or its merged/ copy for a LoRA run (as rm: reward models are read)."""
+    try:
+        return resolve_reward_model_dir(name) if Path(name).expanduser().is_dir() else name
+    except ValueError:
+        return name
+
+
 def check_rollout_backend(recipe) -> None:
     """A policy-gradient or PPO recipe's rollout_backend: its package, a GPU, and model settings it cannot honour."""
     name = recipe.value("rollout_backend")
@@ -316,6 +366,8 @@ def check_inputs(recipe) -> None:
                                                                           else "dataset"))
     check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
                 chat_template=family_of(recipe.algorithm).needs_chat_template)
+    check_value_model(recipe)
+    check_token_classifiers(recipe)
     check_model_settings(recipe)  # quantization without LoRA, lengths past the model's positions, LoRA targets
     check_rewards(recipe)
     # Last: a user's mistake above is named first, whatever machine it is found on.

@@ -361,3 +361,61 @@ def test_show_prints_what_the_run_trains_with_and_where_each_value_came_from(cap
     assert all(getattr(built[r.group], r.key) == r.value for r in rows)
     assert main([str(ROOT / "recipes" / "dpo.yaml"), "--profile", "nano", "--betta", "1"]) == 2
     assert "unknown option `--betta`" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------
+# Models loaded as token classifiers (ORM, PRM, PPO's value model), and PPO's value_model_path
+
+
+@pytest.fixture(scope="module")
+def tiny_olmo2(tmp_path_factory) -> Path:
+    """A saved OLMo-2 causal LM (the book's OLMo-2-0425-1B family) with the tiny tokenizer: transformers has no
+    OLMo-2 token-classification class."""
+    from transformers import AutoTokenizer, Olmo2Config, Olmo2ForCausalLM
+
+    from rlhf_recipes.tiny import tiny_model_path
+
+    folder = tmp_path_factory.mktemp("olmo2")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    config = Olmo2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    Olmo2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_model_without_a_token_classification_class_is_refused_before_loading(tiny_olmo2, tmp_path):
+    """An ORM, a PRM or PPO's separate value model on OLMo-2 died in AutoModelForTokenClassification, for PPO after
+    the policy and its reference had loaded."""
+    from rlhf_recipes.validation import check_inputs
+
+    def check(recipe: str, *extra: str) -> None:
+        check_inputs(load_recipe([f"recipes/{recipe}", "--profile", "tiny", "--model_name_or_path", str(tiny_olmo2),
+                                  "--output_dir", str(tmp_path / recipe), *extra], construct=False))
+
+    for recipe, fix in (("orm.yaml", "pick a base model whose type has one"),
+                        ("ppo.yaml", "set share_value_backbone: true")):
+        with pytest.raises(RecipeError) as refused:
+            check(recipe)
+        message = str(refused.value)
+        assert "is a olmo2 model, and transformers has no token-classification class for olmo2" in message
+        assert "model_name_or_path" in message and fix in message and "\n" not in message
+    check("ppo.yaml", "--share_value_backbone", "true")  # the value head on the policy's backbone: fine
+    check("preference_rm.yaml")  # a sequence classifier: OLMo-2 has one
+
+
+def test_ppo_value_model_path_is_checked_before_loading(tmp_path):
+    from rlhf_recipes.validation import check_inputs
+
+    def check(path: Path) -> None:
+        check_inputs(load_recipe(["recipes/ppo.yaml", "--profile", "tiny", "--value_model_path", str(path),
+                                  "--output_dir", str(tmp_path / "run")], construct=False))
+
+    with pytest.raises(RecipeError, match=r"`value_model_path`: no such folder .*nowhere\. Name a saved model"):
+        check(tmp_path / "nowhere")
+    adapter_only = tmp_path / "rm-lora"
+    adapter_only.mkdir()
+    (adapter_only / "adapter_config.json").write_text("{}")
+    with pytest.raises(RecipeError, match="holds a LoRA adapter but no merged model"):
+        check(adapter_only)

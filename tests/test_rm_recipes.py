@@ -179,6 +179,10 @@ def test_lora_reward_model_is_merged_for_evaluation_and_rewards(tmp_path):
     assert results["evaluation"]["num_pairs"] == 12
     reward = reward_from_spec(f"rm:{out}")
     assert reward.__name__ == "rm_lora" and len(reward(prompts=["Hi"], completions=["Hello"])) == 1
+    # The same folder as PPO's value model (hh_ppo.yaml's InstructGPT start): its merged/ copy, not the bare adapter
+    # folder, which failed in the trainer with a traceback ("Unrecognized model ... no model_type in config.json").
+    ppo = run_recipe("ppo.yaml", tmp_path / "ppo", "--value_model_path", str(out), "--max_steps", "1")
+    assert ppo["value_model"]["starts_from"] == str(out / "merged")
 
 
 @pytest.mark.parametrize("recipe, option, value, message", [

@@ -148,6 +148,10 @@ class Family:
         """Paths of trained reward models loaded for inference during training."""
         return []
 
+    def token_classifiers(self, recipe) -> list[str]:
+        """The settings naming a model this run loads as a token classifier (one output per token)."""
+        return []
+
 
 def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int,
                                  indivisible: str | None = None) -> None:

@@ -56,6 +56,12 @@ class PolicyGradient(Family):
         specs = getattr(recipe.training, "reward_funcs", None) or []
         return [spec[len(RM_PREFIX):] for spec in specs if isinstance(spec, str) and spec.startswith(RM_PREFIX)]
 
+    def token_classifiers(self, recipe) -> list[str]:
+        """PPO's separate value model: its own checkpoint, else a copy of the policy."""
+        if not recipe.has("value_model_path") or recipe.value("share_value_backbone"):
+            return []
+        return ["value_model_path" if recipe.value("value_model_path") else "model_name_or_path"]
+
     def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size, keeping the per-device micro-batch;
         then each rollout batch must give whole optimizer steps."""

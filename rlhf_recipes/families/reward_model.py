@@ -78,6 +78,9 @@ class RewardModels(Family):
     def trains_with_trl_trainer(self, recipe) -> bool:
         return rm_kind(recipe) == "preference"  # ORM/PRM: our plain transformers.Trainer subclasses
 
+    def token_classifiers(self, recipe) -> list[str]:
+        return [] if rm_kind(recipe) == "preference" else ["model_name_or_path"]  # ORM / PRM: a score per token
+
     def load_model(self, recipe, tokenizer):
         from transformers import (
             AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, set_seed,

@@ -303,7 +303,10 @@ def _rewards(recipe) -> Finding | None:
 
 def _settings(recipe) -> Finding:
     from rlhf_recipes.model_checks import check_model_settings, model_config
+    from rlhf_recipes.validation import check_token_classifiers, check_value_model
 
+    check_value_model(recipe)
+    check_token_classifiers(recipe)
     check_model_settings(recipe)
     if model_config(recipe.value("model_name_or_path")) is None:
         return Finding(OK, "settings", "quantization settings agree; the lengths and LoRA targets are checked once "
