@@ -317,6 +317,32 @@ def test_a_lora_runs_merged_export_equals_base_plus_adapter(runs, tmp_path):
     torch.testing.assert_close(_logits(merged, vocab), adapted, atol=1e-5, rtol=1e-5)
 
 
+def test_a_lora_runs_base_loads_at_the_revision_the_run_trained_on(runs, tmp_path, monkeypatch):
+    """export / chat of a LoRA run load its base from the hub: at the recipe's `model_revision`, not the newest one
+    (the adapter trained on that one). The real loader, with from_pretrained's arguments recorded."""
+    import shutil
+
+    import yaml
+    from transformers import AutoModelForCausalLM
+
+    from rlhf_recipes.tools.trained_model import open_trained_model
+
+    pinned = tmp_path / "lora"
+    shutil.copytree(runs / "lora", pinned)
+    config = yaml.safe_load((pinned / "config.yaml").read_text())
+    (pinned / "config.yaml").write_text(yaml.safe_dump({**config, "model_revision": "v1.0"}))
+    shutil.copystat(runs / "lora" / "config.yaml", pinned / "config.yaml")  # still written before its result
+    real, revisions = AutoModelForCausalLM.from_pretrained.__func__, []
+
+    def recording(cls, path, *args, **kwargs):
+        revisions.append(kwargs.pop("revision", None))
+        return real(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(recording))
+    open_trained_model(pinned).load_policy(merge=True)
+    assert revisions == ["v1.0"]
+
+
 def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp_path, capsys):
     from rlhf_recipes.tools.export import main
 

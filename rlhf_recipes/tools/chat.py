@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(columns) == 1 and not args.no_reference:
         first = columns[0].run
         print(f"loading the reference {first.recipe.model.model_name_or_path} ...", flush=True)
-        reference = load_policy(first.base_model, dtype or "auto", device=device)
+        reference = load_policy(first.base_model, dtype or "auto", device=device,
+                                revision=first.recipe.value("model_revision"))
         columns.append(Column(f"reference: {first.recipe.model.model_name_or_path} (the starting policy)", reference,
                               columns[0].tokenizer, first))
     sampling = sampling_defaults(columns[0].run.recipe) if columns else DEFAULT_SAMPLING

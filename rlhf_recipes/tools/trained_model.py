@@ -65,7 +65,8 @@ class TrainedModel:
             return load_policy(self.folder, dtype or "auto", device=None)
         from peft import PeftModel
 
-        base = load_policy(self.base_model, dtype or self.recipe.value("dtype") or "auto", device=None)
+        base = load_policy(self.base_model, dtype or self.recipe.value("dtype") or "auto", device=None,
+                           revision=self.recipe.value("model_revision"))
         model = PeftModel.from_pretrained(base, str(self.folder))
         return model.merge_and_unload() if merge else model
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 
-def load_policy(path: str | Path, dtype: Any = None, device: Any = "default"):
+def load_policy(path: str | Path, dtype: Any = None, device: Any = "default", revision: str | None = None):
     """`dtype`: a torch dtype, a name ('float32', 'auto'), or None (bf16 on a GPU, fp32 on a CPU). `device`:
-    'default' (the GPU if there is one), a device, or None (where from_pretrained put it)."""
+    'default' (the GPU if there is one), a device, or None (where from_pretrained put it). `revision`: a hub model's
+    (a run's `model_revision`, for the base its LoRA adapter trained on)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -23,7 +24,7 @@ def load_policy(path: str | Path, dtype: Any = None, device: Any = "default"):
 
         model = AutoPeftModelForCausalLM.from_pretrained(str(folder), dtype=dtype).merge_and_unload()
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, revision=revision)
     if device is not None:
         model = model.to(("cuda" if torch.cuda.is_available() else "cpu") if device == "default" else device)
     return model.eval().requires_grad_(False)
