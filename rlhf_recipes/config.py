@@ -421,7 +421,9 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
 # save_total_limit: transformers keeps every checkpoint without it: ~72 GB for one GRPO-style run of Qwen3-1.7B
 # (6 saves of weights + AdamW state). --resume picks the newest complete checkpoint, so two keep a fallback when
 # the newest is damaged (checkpoints.py); `--save_total_limit null` keeps them all.
-REAL_RUN_DEFAULTS: dict[str, Any] = {"save_total_limit": 2}
+# save_steps: transformers' 500 is past the end of most recipes (DPO 300 steps, SDPO 200), so a crash (an OOM, a
+# lost node) left nothing to resume; 0.1 is a save every tenth of the run (a float < 1: a fraction of the steps).
+REAL_RUN_DEFAULTS: dict[str, Any] = {"save_total_limit": 2, "save_steps": 0.1}
 
 def real_run_defaults(merged: dict[str, Any], origin: dict[str, str], owner: dict[str, str],
                       profile: str | None) -> None:

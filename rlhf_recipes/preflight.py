@@ -336,8 +336,9 @@ def checkpoint_count(recipe) -> int | None:
         return 0
     saves = None
     steps, every = recipe.value("max_steps"), recipe.value("save_steps")
-    if strategy == "steps" and isinstance(steps, int) and steps > 0 and every:
-        every = every if every >= 1 else max(1, int(every * steps))  # a float < 1 is a fraction of the steps
+    if strategy == "steps" and every and every < 1:  # a fraction of the steps, however many the data makes
+        saves = int(1 / every + 1e-9)
+    elif strategy == "steps" and isinstance(steps, int) and steps > 0 and every:
         saves = int(steps // every)
     limit = recipe.value("save_total_limit")
     if limit:
