@@ -701,3 +701,14 @@ def test_compare_says_the_books_rm_run_is_an_older_setup(algorithm, tmp_path):
 def test_the_orm_run_is_named_a_different_experiment():
     note = lookup("orm").run_setup
     assert "Qwen3-1.7B-Base" in note and "synthetic wrong answers" in note and "1e-4" in note
+
+
+def test_dpo_norms_rewards_are_not_aligned_with_the_books():
+    """TRL's sigmoid_norm (our DPO-norm) averages the log-ratios in its loss but logs rewards/* from SUMMED ones;
+    the book logs the averaged ones (use_average_logprob for dpo_norm), ~the response length smaller. The same name
+    is not the same quantity: compare aligns DPO-norm's loss and the rest, not its rewards."""
+    from rlhf_recipes.book_reference import book_reference
+
+    ours = {m.ours for m in book_reference("dpo_norm").metrics}
+    assert "loss" in ours and not {name for name in ours if name.startswith("rewards/")}
+    assert {"rewards/margins", "rewards/accuracies"} <= {m.ours for m in book_reference("dpo").metrics}
