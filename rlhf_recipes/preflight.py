@@ -293,12 +293,25 @@ def accelerator_finding(recipe) -> Finding | None:
     if not is_real_run(recipe):
         return None
     if gpus:
-        return Finding(OK, "gpus", f"torch sees {torch.cuda.device_count()} GPU(s)")
+        return bf16_finding(recipe) or Finding(OK, "gpus", f"torch sees {torch.cuda.device_count()} GPU(s)")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return Finding(OK, "gpus", "torch sees an Apple GPU (MPS)")
     return Finding(STOP, "gpus", f"{recipe.source}: a real run of `{recipe.value('model_name_or_path')}` but torch "
                                  f"{torch.__version__} sees no GPU, so it would train on the CPU. {no_gpu_fix()}; or "
                                  f"{ALLOW_CPU_HINT} (--profile tiny for a smoke run)")
+
+
+def bf16_finding(recipe) -> Finding | None:
+    """bf16 asked for on a GPU before Ampere: no bf16 units, and torch emulates bf16 while reporting it supported
+    (torch.cuda.is_bf16_supported, and so transformers' own check, count emulation)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if major >= 8 or not (recipe.value("bf16") or recipe.value("dtype") == "bfloat16"):
+        return None
+    return Finding(WARN, "gpus", f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no bf16 "
+                                 "units, and the recipe trains in bf16: torch emulates it, many times slower. Train in "
+                                 "fp32 (--bf16 false --dtype float32) or on an Ampere or newer GPU")
 
 
 def no_gpu_fix() -> str:

@@ -182,6 +182,7 @@ def four_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA RTX A6000")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 6))
 
 
 def test_one_process_that_sees_several_gpus_is_refused_before_anything_loads(four_gpus, monkeypatch, tmp_path):
@@ -213,6 +214,31 @@ def test_preflight_names_one_process_on_several_gpus(four_gpus, config, expected
 
     findings = list(gpu_findings(_recipe(str(RECIPES / "dpo.yaml")), read_launch(f"accelerate_configs/{config}")))
     assert [f"{f.level} {f.topic} {f.text}" for f in findings if f.topic == "gpus"][0].startswith(expected), findings
+
+
+@pytest.mark.parametrize("capability, level", [((7, 0), "warn"), ((8, 0), "ok")])
+def test_bf16_on_a_gpu_before_ampere_is_named(monkeypatch, capability, level):
+    """A V100 or T4 has no bf16 units, but torch.cuda.is_bf16_supported() (emulation included) and transformers'
+    bf16 check both say yes, so every real recipe (bf16: true) ran emulated without a word."""
+    import transformers.integrations.integration_utils  # noqa: F401  (before torch claims a GPU)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    finding = preflight.accelerator_finding(_recipe(str(RECIPES / "dpo.yaml")))
+    assert finding.level == level, finding
+    if level == "warn":
+        assert "compute capability 7.0) has no bf16 units" in finding.text and "--bf16 false" in finding.text
+    assert preflight.accelerator_finding(_recipe(str(RECIPES / "dpo.yaml"), "--bf16", "false", "--dtype",
+                                                 "float32")).level == "ok"
+    from rlhf_recipes.tools.planner.launch import read_launch
+    from rlhf_recipes.tools.preflight import gpu_findings
+
+    (tool,) = [f for f in gpu_findings(_recipe(str(RECIPES / "dpo.yaml")), read_launch("accelerate_configs/1gpu.yaml"))
+               if f.topic == "gpus"]
+    assert tool.level == level, tool
 
 
 def test_an_accelerate_config_that_names_one_gpu_is_one_gpu(four_gpus, tmp_path):

@@ -157,7 +157,8 @@ def gpu_findings(recipe, launch) -> Iterator[Finding]:
         return
     if seen >= wanted:
         names = sorted({torch.cuda.get_device_name(i) for i in range(seen)})
-        yield Finding(OK, "gpus", f"{asked}; torch {torch.__version__} sees {seen}: {', '.join(names)}")
+        yield core.bf16_finding(recipe) or Finding(OK, "gpus", f"{asked}; torch {torch.__version__} sees {seen}: "
+                                                               f"{', '.join(names)}")
         return
     fix = core.no_gpu_fix() if seen == 0 else "set num_processes to the GPUs this machine has, or check CUDA_VISIBLE_DEVICES"
     yield Finding(STOP, "gpus", f"{asked}, but torch {torch.__version__} sees {seen}. {fix}")
