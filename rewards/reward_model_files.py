@@ -21,3 +21,10 @@ def resolve_reward_model_dir(path: str) -> str:
                          f"(peft's merge_and_unload) and save it to {p / MERGED_SUBDIR}")
     raise ValueError(f"{path}: no saved reward model there (expected config.json, e.g. the output_dir of a "
                      "preference_rm / hh_rm / orm / prm run)")
+
+
+def full_model(name: str) -> str:
+    """A model to load: a local folder resolved as above (a LoRA run's merged/ copy), anything else (a hub id) as
+    it is. A ValueError where the folder holds no full model."""
+    folder = Path(name).expanduser()
+    return resolve_reward_model_dir(str(folder)) if folder.is_dir() else name

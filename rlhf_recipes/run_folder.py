@@ -196,7 +196,7 @@ class SavedRun:
     def open(cls, path: str | Path) -> "SavedRun":
         path = Path(path)
         if not path.is_dir():
-            here = sorted(str(p) for p in path.parent.glob("*") if is_run_dir(p))[:8] if path.parent.is_dir() else []
+            here = sorted(str(p) for p in path.parent.glob("*") if is_run_dir(p))[:8]  # none where no parent
             raise RunFolderError(f"{path}: no such folder (expected a run's output_dir"
                                  + (f"; run folders in {path.parent}: {', '.join(here)})" if here else
                                     ", the folder recipes/run.py trains into)"))

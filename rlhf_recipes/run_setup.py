@@ -327,10 +327,6 @@ def configure_reporting(recipe: Recipe, resuming: bool = False) -> None:
         os.environ["WANDB_MODE"] = recipe.args.wandb_mode
     # wandb's files belong with the run they log (<output_dir>/wandb), even when one process runs several recipes.
     os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
-    for key, value in _WANDB_RESUME_SET.items():  # an earlier recipe's resume, in the same process, is not this one's
-        if os.environ.get(key) == value:
-            del os.environ[key]
-    _WANDB_RESUME_SET.clear()
     from rlhf_recipes.preflight import reports_to_wandb
 
     if resuming and "WANDB_RUN_ID" not in os.environ and reports_to_wandb(recipe.value("report_to")):
@@ -343,7 +339,11 @@ def configure_reporting(recipe: Recipe, resuming: bool = False) -> None:
 def end_wandb_run() -> None:
     """transformers' WandbCallback leaves its wandb run open when training ends (the process's exit closes it), and
     wandb reads its environment once per process (wandb.setup): a process that runs another recipe next would log it
-    into this one's run, with this one's project, folder and id. Both end here."""
+    into this one's run, with this one's project, folder and id. Both end here, and the resume id it was given."""
+    for key, value in _WANDB_RESUME_SET.items():  # the next recipe in this process is not this resume
+        if os.environ.get(key) == value:
+            del os.environ[key]
+    _WANDB_RESUME_SET.clear()
     wandb = sys.modules.get("wandb")  # None where the run left it out (quiet.leave_out_unused)
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rewards.reward_model import RM_PREFIX
-from rewards.reward_model_files import resolve_reward_model_dir
+from rewards.reward_model_files import full_model
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.model_checks import check_model_folder, check_model_settings
 
@@ -286,13 +286,8 @@ def check_value_model(recipe) -> None:
     if not looks_local(name):
         check_hub_model(name, flag)
         return
-    if not Path(name).expanduser().is_dir():
-        raise RecipeError(f"{flag}: no such folder {name}. Name a saved model or a reward-model run's output_dir "
-                          "(e.g. outputs/hh_rm), or leave it null for a copy of the policy")
-    try:
-        check_model_folder(resolve_reward_model_dir(str(Path(name).expanduser())), flag, tokenizer=False)
-    except ValueError as e:
-        raise RecipeError(f"{flag}: {e}") from None
+    check_run_model(name, flag, f"no such folder {name}. Name a saved model or a reward-model run's output_dir (e.g. "
+                                "outputs/hh_rm), or leave it null for a copy of the policy", tokenizer=False)
 
 
 def check_token_classifiers(recipe) -> None:
@@ -303,27 +298,19 @@ def check_token_classifiers(recipe) -> None:
 
     for key in family_of(recipe.algorithm).token_classifiers(recipe):
         name = str(recipe.value(key))
-        config = model_config(_model_dir(name))
-        model_type = (config or {}).get("model_type")
-        if model_type is None:
+        try:
+            model_type = (model_config(full_model(name)) or {}).get("model_type")
+        except ValueError:  # no full model in that folder: check_model / check_value_model name it
             continue
         from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
 
-        if model_type not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:
+        if model_type is not None and model_type not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:
             fix = ("set share_value_backbone: true (the value head on the policy's own backbone) or give "
                    "value_model_path a model that has one" if recipe.has("share_value_backbone") else
                    "pick a base model whose type has one (Qwen3, Llama, Qwen2, ...)")
             raise RecipeError(f"{recipe.where(key)}: `{name}` is a {model_type} model, and transformers has no "
                               f"token-classification class for {model_type} (the per-token score this run trains); "
                               f"{fix}")
-
-
-def _model_dir(name: str) -> str:
-    """A run folder's full model: itself, or its merged/ copy for a LoRA run (as rm: reward models are read)."""
-    try:
-        return resolve_reward_model_dir(name) if Path(name).expanduser().is_dir() else name
-    except ValueError:
-        return name
 
 
 def check_rollout_backend(recipe) -> None:
@@ -397,12 +384,18 @@ def check_rewards(recipe) -> None:
 
 def check_reward_model(path: str, flag: str) -> None:
     """`rm:<path>`: a reward-model run's output_dir (its merged/ copy for a LoRA run) or a saved model folder."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise RecipeError(f"{flag}: reward model `rm:{path}`: no such folder. Train one first (e.g. python "
-                          "recipes/run.py recipes/hh_rm.yaml) and name its output_dir")
+    check_run_model(path, flag, f"reward model `rm:{path}`: no such folder. Train one first (e.g. python "
+                                "recipes/run.py recipes/hh_rm.yaml) and name its output_dir",
+                    label=f"{flag} (rm:{path})")
+
+
+def check_run_model(path: str, flag: str, missing: str, label: str | None = None, tokenizer: bool = True) -> None:
+    """A local folder holding a full model: a run's output_dir (its merged/ copy for a LoRA run) or a saved model.
+    `missing`: what to say when there is no such folder."""
+    if not Path(path).expanduser().is_dir():
+        raise RecipeError(f"{flag}: {missing}")
     try:
-        model_dir = resolve_reward_model_dir(str(folder))  # the run's folder, or its merged/ copy for LoRA
+        model_dir = full_model(path)
     except ValueError as e:
         raise RecipeError(f"{flag}: {e}") from None
-    check_model_folder(model_dir, f"{flag} (rm:{path})")
+    check_model_folder(model_dir, label or flag, tokenizer=tokenizer)

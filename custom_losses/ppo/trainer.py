@@ -50,7 +50,7 @@ from custom_losses.ppo.value_model import (
     OPTIMIZER_FILE, SCHEDULER_FILE, VALUE_SUBDIR, ValueHead, backbone_of, count_trainable, hidden_size_of,
     load_value_model, restore_value_weights, save_value_model,
 )
-from rewards.reward_model_files import resolve_reward_model_dir
+from rewards.reward_model_files import full_model
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +100,8 @@ class PPOTrainer(BookGRPOTrainer):
             from trl.trainer.utils import disable_dropout_in_model, get_config_model_id
 
             # A reward-model run's folder holds its full model in merged/ when it trained LoRA adapters.
-            self._value_base = (resolve_reward_model_dir(args.value_model_path) if args.value_model_path and
-                                Path(args.value_model_path).is_dir() else
-                                args.value_model_path or get_config_model_id(self.model.config))
+            self._value_base = (full_model(args.value_model_path) if args.value_model_path else
+                                get_config_model_id(self.model.config))
             if value_model is None:
                 use_peft = (peft_config is not None) if args.value_use_peft is None else args.value_use_peft
                 if use_peft and peft_config is None:
