@@ -103,7 +103,7 @@ def _broken_gradio(repo: Path, scratch: Path) -> None:
 
 def _finished_sweep(repo: Path, scratch: Path) -> None:
     """{s}/finished-sweep: a one-cell, one-seed sweep whose run finished and logged loss only."""
-    from rlhf_recipes.tools.sweep import spec, state
+    from lab.sweep import spec, state
 
     folder = scratch / "finished-sweep"
     folder.mkdir()

@@ -169,12 +169,13 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     from benchmarks.tensor_memory import TensorMemoryTracker
     from rlhf_recipes.registry import ALGORITHMS, family_of
     from rlhf_recipes.tiny import tiny_model_path
+    from rlhf_recipes.tools.planner.family_shapes import GENERATES_ROLLOUTS, scoring_head
 
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
         raise SystemExit("real model shapes need a CUDA GPU; use --tiny for a CPU run of the tiny model")
     workdir = Path(workdir or tempfile.mkdtemp(prefix="rlhf-bench-"))
-    pg = family_of(ALGORITHMS[algorithm]).generates_rollouts  # rollout batches; generation timed apart
+    pg = ALGORITHMS[algorithm].family in GENERATES_ROLLOUTS  # rollout batches; generation timed apart
     tok_path = tiny_model_path()
     from transformers import AutoTokenizer
 
@@ -318,7 +319,7 @@ def run_benchmark(algorithm: str, model: str | None = None, steps: int = 3, warm
     plan = replan({"algorithm": algorithm, "model": arch, "plan_inputs": plan_inputs}, device="cuda" if cuda else "cpu")
     shape = plan.shape
 
-    score_head = fam.scoring_head(recipe)  # a reward model's head: (labels, bias); None: the LM head
+    score_head = scoring_head(recipe)  # a reward model's head: (labels, bias); None: the LM head
     labels = None if score_head is None else score_head[0]
     lora_n = M.lora_params(shape, recipe.model.lora_r, recipe.model.lora_target_modules) if lora else 0
     per_token = flops_per_trained_token(shape, lora_n, lora, s, labels)

@@ -398,10 +398,10 @@ def test_every_docs_page_is_checked():
 
 
 def test_named_commands_exist():
-    from rlhf_recipes.tools.cli import COMMANDS
+    from rlhf_recipes.tools.cli import all_commands
 
     named = set(re.findall(r"rlhf-recipes[ ]+([a-z][a-z-]*)", _all_docs_text()))
-    unknown = sorted(named - set(COMMANDS))
+    unknown = sorted(named - set(all_commands()))
     assert not unknown, f"the docs name `rlhf-recipes` commands that do not exist: {unknown}"
 
 

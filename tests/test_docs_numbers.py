@@ -163,7 +163,7 @@ LINK = re.compile(r"(?:docs/)?([a-z_]+\.md)#([a-z0-9_-]+)")
 
 def test_every_anchor_the_docs_and_the_code_point_to_exists():
     """`evaluate --help` pointed to docs/tools.md#evaluate, a heading that does not exist."""
-    sources = [*USER_DOCS, *(REPO / "rlhf_recipes").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]
+    sources = [*USER_DOCS, *(REPO / "rlhf_recipes").rglob("*.py"), *(REPO / "lab").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]
     broken = []
     for source in sources:
         for m in LINK.finditer(source.read_text(encoding="utf-8")):

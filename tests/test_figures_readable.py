@@ -41,7 +41,7 @@ def _integer_ticks(axis) -> bool:
 def test_the_nano_book_figure_puts_each_band_in_its_own_panel_and_shows_identical_runs(tmp_path, drawn):
     from matplotlib.collections import PolyCollection
 
-    from rlhf_recipes.tools.nano_book import identical_to, plot
+    from lab.nano_book import identical_to, plot
 
     rows = json.loads((NANO / "nano_book_direct_alignment.json").read_text())["algorithms"]
     assert identical_to(rows) == {"apo_zero": "kto"}  # the shipped runs: KTO's and APO-zero's curves are equal
@@ -79,7 +79,7 @@ def _sweep_report(folder: Path, final: float) -> dict:
 @pytest.mark.parametrize("logs", [2, 60])
 def test_a_sweeps_training_curve_ends_at_its_tables_final_value_when_runs_are_short(tmp_path, drawn, logs):
     """Before: 2 logs (0, then 0.75) drawn as a running mean of 10 ended at 0.375 beside a table saying 0.75."""
-    from rlhf_recipes.tools.sweep.plot import plot
+    from lab.sweep.plot import plot
 
     run = tmp_path / "run"
     run.mkdir()

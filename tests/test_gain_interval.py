@@ -1,11 +1,11 @@
-"""The gain's interval over seeds AND problems (rlhf_recipes/tools/lab/stats.py) against hand computations on fixed
+"""The gain's interval over seeds AND problems (lab/stats.py) against hand computations on fixed
 arrays, its edge cases, and the `learns` it gives nano-book's table. Pure numbers: milliseconds."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlhf_recipes.tools.lab.stats import (
+from lab.stats import (
     gain_interval,
     gain_interval_from_seed_intervals,
     gain_over_seeds,
@@ -81,8 +81,8 @@ def _seed_row(differences: list[float]) -> dict:
 
 
 def test_nano_book_learns_column_follows_the_interval_over_seeds_and_problems():
-    from rlhf_recipes.tools.lab.document import render_text
-    from rlhf_recipes.tools.nano_book import over_seeds, table
+    from rlhf_recipes.tools.document import render_text
+    from lab.nano_book import over_seeds, table
 
     agree = over_seeds([_seed_row([1, 0, 1, 0, 0])] * 3)  # three equal seeds on 5 problems: +0.4 +- 0.68
     m = agree["metrics"]["exact_match"]
@@ -119,7 +119,7 @@ def test_sweep_report_gives_gains_the_same_interval_and_learns(tmp_path):
     import json
     from pathlib import Path
 
-    from rlhf_recipes.tools.sweep import report, spec
+    from lab.sweep import report, spec
 
     dpo = str(Path(__file__).resolve().parent.parent / "recipes" / "dpo.yaml")
     s = spec.SweepSpec(recipe=dpo, profile="tiny", grid={"beta": ["0.1", "0.5"]}, seeds=[0, 1, 2])

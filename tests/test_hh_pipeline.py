@@ -12,8 +12,8 @@ import pytest
 import yaml
 from conftest import read_metrics
 
-from rlhf_recipes.tools.lab.kl import kl_best_of_n as best_of_n_kl
-from rlhf_recipes.tools.pipeline import parse, run_pipeline, win_rate
+from lab.kl import kl_best_of_n as best_of_n_kl
+from lab.pipeline import parse, run_pipeline, win_rate
 
 
 def test_win_rate_and_best_of_n_kl():
@@ -29,7 +29,7 @@ def test_the_sampled_kl_is_the_log_ratio_of_the_two_models_log_probs():
 
     from rlhf_recipes.generation import completion_logprobs
     from rlhf_recipes.tiny import tiny_model_path
-    from rlhf_recipes.tools.lab.kl import sampled_kl
+    from lab.kl import sampled_kl
 
     ref = AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_path()).eval()

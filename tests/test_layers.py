@@ -5,6 +5,7 @@ runs: a static check of `import` / `from ... import` statements anywhere in a fi
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,10 @@ def reaches(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize("folder, above", [
     ("rewards", ("custom_losses", "rlhf_recipes", "recipes")),
     ("custom_losses", ("rlhf_recipes", "recipes")),
-    # The installed package never reaches the checkout's benchmarks (not installed) or the recipes' entry point.
-    ("rlhf_recipes", ("benchmarks", "recipes")),
+    # The installed package never reaches the checkout's benchmarks (not installed), the recipes' entry point, or the
+    # lab that stands beside it (its commands join through an entry point: lab/commands.py).
+    ("rlhf_recipes", ("benchmarks", "recipes", "lab")),
+    ("lab", ("benchmarks", "recipes")),
 ])
 def test_packages_import_only_the_floors_below(folder, above):
     assert reaches(sorted((REPO / folder).rglob("*.py")), above) == []
@@ -59,6 +62,15 @@ def test_the_ground_floor_samples_through_a_leaf_of_the_floor_below():
     generation = REPO / "rlhf_recipes/generation.py"
     assert [name for name in imported_modules(generation) if name.startswith(("rlhf_recipes", "custom_losses",
             "rewards"))] == ["custom_losses.policy_gradient.shared_prefill"]
+
+
+def test_the_runner_never_names_the_lab():
+    """The runner (rlhf_recipes, custom_losses, rewards) neither imports the lab nor names one of its modules in a
+    string (`lab.sweep.cli:main` in the runner's command table would be an arrow up that no import shows)."""
+    runner = [p for folder in ("rlhf_recipes", "custom_losses", "rewards") for p in sorted((REPO / folder).rglob("*.py"))]
+    named = [f"{p.relative_to(REPO)}:{n}" for p in runner for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\blab[./]", line)]
+    assert named == []
 
 
 def test_the_core_never_names_the_tools():
@@ -108,7 +120,7 @@ def test_no_two_files_of_ours_import_each_other_in_a_loop():
     the wrong one of them (evaluation/base.py <-> loading.py once held EvalOptions in base.py)."""
     import networkx
 
-    files = [p for folder in ("rlhf_recipes", "custom_losses", "rewards") for p in (REPO / folder).rglob("*.py")]
+    files = [p for folder in ("rlhf_recipes", "custom_losses", "rewards", "lab") for p in (REPO / folder).rglob("*.py")]
     modules = {module_of(p) for p in files}
     graph = networkx.DiGraph((module_of(p), target) for p in files for target in file_edges(p, modules)
                              if target != module_of(p))

@@ -43,7 +43,7 @@ def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
     the algorithm's own registry defaults untouched; a family without a nano overlay is refused in one line."""
     from rlhf_recipes.config import RecipeError, load_recipe
     from rlhf_recipes.registry import ALGORITHMS
-    from rlhf_recipes.tools.nano_book import nano_algorithms
+    from lab.nano_book import nano_algorithms
 
     names = nano_algorithms()
     assert len(names) == 10 and "ppo" in names and "dpo" not in names
@@ -153,8 +153,8 @@ def test_nano_book_and_nano_figures_reuse_the_shipped_runs():
     """Their jobs ask what the shipped runs ran (one torch thread included), so `--out reference_runs/nano` reuses
     every finished run instead of refusing it as a run with other settings."""
     from rlhf_recipes.paths import REFERENCE_RUNS_DIR
-    from rlhf_recipes.tools import nano_book, nano_figures
-    from rlhf_recipes.tools.lab.executor import check_settings
+    from lab import nano_book, nano_figures
+    from lab.executor import check_settings
 
     out = REFERENCE_RUNS_DIR / "nano"
     jobs = [job for family in ("policy_gradient", "direct_alignment")
@@ -212,7 +212,7 @@ def test_nano_book_reads_the_shipped_runs_into_one_figure_and_a_table(family, tm
     seed, a gain per held-out metric inside its interval and a wall time, and the shipped JSON's numbers are what
     the runs give; a bad --algorithms or --family is refused."""
     from rlhf_recipes.paths import REFERENCE_RUNS_DIR
-    from rlhf_recipes.tools.nano_book import (book_metrics, nano_algorithms, over_seeds, parse, plot, summary, table,
+    from lab.nano_book import (book_metrics, nano_algorithms, over_seeds, parse, plot, summary, table,
                                               wall_seconds)
 
     heldout, _ = book_metrics(family)

@@ -94,7 +94,7 @@ def test_the_base_cache_key_follows_the_goal(monkeypatch):
 def test_nano_book_table_shows_the_base_as_its_build_measured_it():
     from rich.console import Console
 
-    from rlhf_recipes.tools.nano_book import table
+    from lab.nano_book import table
 
     record = {"metric": "exact_match", "value": 0.205, "interval": [0.153, 0.268], "step": 148,
               "goal": {"target": 0.2, "band": [0.15, 0.25], "every": 2, "problems": 200},

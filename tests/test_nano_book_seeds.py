@@ -18,7 +18,7 @@ def _row(gain: float, base: float = 0.2, steps: tuple = (5, 10)) -> dict:
 
 
 def test_seeds_are_combined_with_an_interval_over_seeds_and_problems_and_learns_needs_it_above_zero():
-    from rlhf_recipes.tools.nano_book import over_seeds
+    from lab.nano_book import over_seeds
 
     # gains 0.10, 0.20, 0.30 (std 0.1), each +-0.05 over 40 problems (se 0.05 / 1.959964 = 0.0255107), no per-problem
     # values: half sqrt(4.302653^2 x 0.01 / 3 + 2.022691^2 x 0.0255107^2) = 0.253716 (tests/test_gain_interval.py)
@@ -42,7 +42,7 @@ def test_nano_book_with_seeds_runs_each_algorithm_per_seed_on_the_executor(nano_
     """Two algorithms x two seeds, 2 workers, 6 steps each: every run in <out>/<algorithm>/seed-<s> with its seed,
     its evaluation and its log beside it; the JSON keeps per algorithm `algorithm`, `learns` and each seed's numbers;
     the same command again trains nothing."""
-    from rlhf_recipes.tools.nano_book import main
+    from lab.nano_book import main
 
     out = tmp_path / "book"
     argv = ["--algorithms", "grpo,rloo", "--seeds", "2", "--workers", "2", "--max_steps", "6", "--eval_every", "3",

@@ -92,7 +92,7 @@ def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.profiles import read_profile
     from rlhf_recipes.registry import ALGORITHMS
-    from rlhf_recipes.tools.nano_book import nano_algorithms
+    from lab.nano_book import nano_algorithms
 
     names = nano_algorithms("direct_alignment")
     assert len(names) == 9 and "dpo" in names and "grpo" not in names

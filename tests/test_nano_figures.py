@@ -1,4 +1,4 @@
-"""The book's figures in nano (docs/nano.md, "The book's figures in nano"): the registry's Family.book_figure facts
+"""The book's figures in nano (docs/nano.md, "The book's figures in nano"): the lab's BOOK_FIGURES facts (lab/book_figures.py)
 name keys that real nano runs log (the shipped reference runs, whatever their seed layout), and the figures draw
 from the shipped runs (nano-figures' three and nano-book's book panel). No training here."""
 
@@ -16,9 +16,10 @@ BASE_RUN = "nano_sft_base"
 
 
 def _book_figures():
-    from rlhf_recipes.registry import FAMILIES, family_named
+    from lab.book_figures import BOOK_FIGURES
+    from rlhf_recipes.registry import FAMILIES
 
-    return [(f, family_named(f).book_figure) for f in FAMILIES if family_named(f).book_figure is not None]
+    return [(f, BOOK_FIGURES[f]) for f in FAMILIES if f in BOOK_FIGURES]
 
 
 def _shipped_runs(figure) -> list[Path]:
@@ -46,10 +47,10 @@ def test_the_five_book_figures_are_in_the_registry_with_their_algorithms():
 @pytest.mark.parametrize("family", ["policy_gradient", "direct_alignment", "sft", "rejection_sampling",
                                     "self_distillation"])
 def test_book_figure_keys_are_logged_by_the_shipped_runs(family):
-    from rlhf_recipes.registry import family_named
+    from lab.book_figures import BOOK_FIGURES
     from rlhf_recipes.run_folder import read_metrics
 
-    figure = family_named(family).book_figure
+    figure = BOOK_FIGURES[family]
     runs = _shipped_runs(figure)
     assert runs and len({r.parent if r.name.startswith("seed-") else r for r in runs}) == max(
         1, len(figure.algorithms)), f"{family}: shipped runs {runs}"
@@ -57,14 +58,14 @@ def test_book_figure_keys_are_logged_by_the_shipped_runs(family):
         logged = {k for row in read_metrics(run / "metrics.jsonl") for k in row}
         wanted = [key for _, key in figure.panels] + ([figure.heldout_curve] if figure.heldout_curve else [])
         missing = [k for k in wanted if k not in logged]
-        assert not missing, f"{run}: the registry's book_figure names {missing}, which the run never logged"
+        assert not missing, f"{run}: BOOK_FIGURES names {missing}, which the run never logged"
         if figure.heldout_final:
             final = json.loads((run / "final_results.json").read_text())
             assert all(isinstance(final[k], float) for k in figure.heldout_final), run
 
 
 def test_nano_figures_draws_the_three_from_the_shipped_runs(tmp_path):
-    from rlhf_recipes.tools import nano_figures
+    from lab import nano_figures
 
     assert list(nano_figures.figures()) == ["instruction_tuning", "rejection_sampling", "distillation"]
     for name in nano_figures.figures():
@@ -82,7 +83,7 @@ def test_nano_figures_draws_the_three_from_the_shipped_runs(tmp_path):
 
 
 def test_nano_book_draws_the_books_avg_reward_panel_from_the_shipped_runs(tmp_path):
-    from rlhf_recipes.tools import nano_book
+    from lab import nano_book
 
     assert nano_book.training_keys("policy_gradient") == ["rewards/correctness_reward/mean", "reward"]
     assert nano_book.training_keys("direct_alignment") == ["rewards/accuracies"]  # the book's accuracy is ours
@@ -94,7 +95,7 @@ def test_nano_book_draws_the_books_avg_reward_panel_from_the_shipped_runs(tmp_pa
 
 
 def test_nano_figures_names_a_bad_figure_and_the_choices(capsys):
-    from rlhf_recipes.tools import nano_figures
+    from lab import nano_figures
 
     with pytest.raises(SystemExit):
         nano_figures.parse(["--figure", "policy_gradients"])

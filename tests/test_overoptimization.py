@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlhf_recipes.tools.lab import kl
-from rlhf_recipes.tools.overoptimization import formulas, rows
-from rlhf_recipes.tools.overoptimization.cli import document, main
-from rlhf_recipes.tools.overoptimization.plan import PROFILES, Profile, Proxy
+from lab import kl
+from lab.overoptimization import formulas, rows
+from lab.overoptimization.cli import document, main
+from lab.overoptimization.plan import PROFILES, Profile, Proxy
 
 
 def test_kl_of_best_of_n_is_log_n_minus_n_minus_1_over_n():
@@ -164,7 +164,7 @@ def test_tiny_run_end_to_end(tmp_path):
 
 
 def test_the_proxies_train_before_the_rl_runs_that_read_them(tmp_path):
-    from rlhf_recipes.tools.overoptimization.plan import phases
+    from lab.overoptimization.plan import phases
 
     nano = PROFILES["nano"]
     first, second = phases(nano, tmp_path, workers=2)

@@ -405,6 +405,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
     from rlhf_recipes.models import load_tokenizer
     from benchmarks.tensor_memory import TensorMemoryTracker
     from rlhf_recipes.registry import family_of
+    from rlhf_recipes.tools.planner.family_shapes import generates_rollouts
 
     recipe = load_recipe([str(RECIPES / f"{algorithm}.yaml"), "--profile", "tiny", "--output_dir",
                           str(tmp_path / algorithm), "--eval_strategy", "no", *extra])
@@ -430,7 +431,7 @@ def _measure_tiny_run(algorithm: str, tmp_path, *extra: str):
         trainer.train()
     n, s = max(x[0] for x in shapes), max(x[1] for x in shapes)
     training = recipe.training
-    if family.generates_rollouts:
+    if generates_rollouts(recipe):
         completion = training.max_completion_length
         workload = Workload(n, s, generation_sequences=training.generation_batch_size,
                             prompt_len=s - completion, completion_len=completion)

@@ -70,17 +70,21 @@ def test_registry_entries_carry_their_facts():
     assert {a.name for a in ALGORITHMS.values() if not a.reference_model} == {"simpo", "orpo", "sdpo"}  # sdpo: a live teacher
 
 
-def test_families_declare_the_facts_tools_ask():
-    """Tools ask the family objects, never family names: every family the registry uses is listed, and each
-    declares which of them generates rollouts, trains a reward model, and what compare plots by default."""
-    from rlhf_recipes.registry import FAMILIES, family_named
+def test_the_tools_facts_name_the_registrys_families():
+    """A tool keeps its facts of each family beside itself (the planner's, compare's, the lab's figures): every family
+    they name is one the registry uses, and every family the registry uses is listed (a new family gets the tools'
+    defaults, which a tool must then have)."""
+    from lab.book_figures import BOOK_FIGURES, NANO_BOOK
+    from rlhf_recipes.registry import FAMILIES
+    from rlhf_recipes.tools.compare.family_logs import COMPARE_METRICS, LOGS_BY_ROLLOUT, LOGS_PREFIXED
+    from rlhf_recipes.tools.planner.family_shapes import GENERATES_ROLLOUTS
+    from rlhf_recipes.tools.trained_model import SCORING_FAMILIES
 
     assert set(FAMILIES) == {a.family for a in ALGORITHMS.values()}
-    facts = {name: family_named(name) for name in FAMILIES}
-    assert {n for n, f in facts.items() if f.generates_rollouts} == {"policy_gradient", "self_distillation"}
-    assert {n for n, f in facts.items() if f.book_logs_by_rollout} == {"policy_gradient"}
-    assert {n for n, f in facts.items() if f.trains_reward_model} == {"reward_model"}
-    assert all(f.compare_metrics for f in facts.values())
+    assert GENERATES_ROLLOUTS == {"policy_gradient", "self_distillation"}
+    assert LOGS_BY_ROLLOUT == {"policy_gradient"} and LOGS_PREFIXED == SCORING_FAMILIES == {"reward_model"}
+    assert set(COMPARE_METRICS) == set(FAMILIES) and all(COMPARE_METRICS.values())
+    assert set(BOOK_FIGURES) <= set(FAMILIES) and set(NANO_BOOK) <= set(BOOK_FIGURES)
 
 
 def _write(tmp_path: Path, text: str) -> str:

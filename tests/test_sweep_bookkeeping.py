@@ -14,9 +14,9 @@ import pytest
 
 from rlhf_recipes.checkpoints import write_manifest
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.tools.lab.executor import Executor, Job, next_step, train_command
-from rlhf_recipes.tools.lab.stats import few_seeds_warning, paired_difference, seed_interval
-from rlhf_recipes.tools.sweep import report, spec, state
+from lab.executor import Executor, Job, next_step, train_command
+from lab.stats import few_seeds_warning, paired_difference, seed_interval
+from lab.sweep import report, spec, state
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
@@ -132,7 +132,7 @@ def test_bad_sweep_files_are_named(tmp_path, text, message):
     (["--seedz", "2"], "error: command line: unknown option `--seedz` for rlhf-recipes sweep. Did you mean `--seeds`?"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, argv, message):
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     out = tmp_path / "sweep"
     assert main([DPO, "--profile", "tiny", "--out", str(out), *argv]) == 2
@@ -142,7 +142,7 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, argv, mess
 
 
 def test_unreadable_targets_are_named(tmp_path, capsys):
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("parameters: [unclosed\n")
@@ -154,7 +154,7 @@ def test_unreadable_targets_are_named(tmp_path, capsys):
 
 
 def test_report_of_a_missing_sweep_folder_says_sweep_folder(tmp_path, capsys):
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     (tmp_path / "dpo-tiny").mkdir()
     assert main([str(tmp_path / "dpo-tin"), "--report"]) == 2
@@ -230,7 +230,7 @@ def test_a_run_and_its_evaluation_share_a_process_and_a_failed_evaluation_is_nam
     """Without a launcher a job's evaluation runs in its run's process (train_then_evaluate.py: no second round of
     imports); when the run finishes and its evaluation does not, the outcome blames the evaluation, not the
     training, and the next invocation only evaluates."""
-    from rlhf_recipes.tools.lab.executor import run_one
+    from lab.executor import run_one
 
     job = Job("bad-eval", tmp_path / "run", (DPO, "--profile", "tiny", "--max_steps", "1"), ("--k", "-1"))
     outcome = run_one(job)
@@ -245,7 +245,7 @@ def test_a_plan_stops_at_a_phase_that_did_not_finish(tmp_path, capsys):
     """The pipeline's policies read its reward model (run_plan's stop_on_failure, as the pipeline calls it): a later
     phase is not started when an earlier one failed (it ran on before: the policies trained and failed after
     loading), and the exit code is the failure's."""
-    from rlhf_recipes.tools.lab.executor import run_plan
+    from lab.executor import run_plan
 
     broken = Job("reward-model", tmp_path / "rm", (str(tmp_path / "nope.yaml"), "--profile", "tiny"))
     policy = Job("policy", tmp_path / "policy", (DPO, "--profile", "tiny"))
@@ -258,11 +258,11 @@ def test_a_plan_stops_at_a_phase_that_did_not_finish(tmp_path, capsys):
 
 def test_a_second_sweep_into_a_running_folder_is_refused_with_who_holds_it(tmp_path, capsys):
     """A real second process holds the folder's lock; the sweep says who and exits 2 without touching it."""
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     out = tmp_path / "sweep"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from rlhf_recipes.tools.sweep.state import SweepLock\n"
+        "import sys, time; from pathlib import Path; from lab.sweep.state import SweepLock\n"
         f"with SweepLock(Path({str(out)!r})):\n    print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -291,7 +291,7 @@ def test_a_soft_locked_sweep_folder_says_how_to_clear_a_dead_holders_lock(tmp_pa
 
 
 def test_sweep_numbers_keep_one_format_for_whole_and_missing_values():
-    from rlhf_recipes.tools.sweep.report import _num
+    from lab.sweep.report import _num
 
     assert (_num(12345.0), _num(3.0, signed=True), _num(0.1234), _num(None), _num(float("nan"))) == \
         ("1.23e+04", "+3", "0.123", "-", "nan")
@@ -345,7 +345,7 @@ def test_report_numbers_match_a_hand_computation(tmp_path):
 
 
 def test_report_mode_redraws_a_sweep_folder(tmp_path, capsys):
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1])
     state.save(s, tmp_path)

@@ -16,8 +16,8 @@ import pytest
 
 from rlhf_recipes.run_folder import EXIT_STILL_RUNNING
 from rlhf_recipes.run_lock import _process_alive
-from rlhf_recipes.tools.lab.executor import STILL_RUNNING, Executor, Job, run_one, run_plan
-from rlhf_recipes.tools.sweep import spec, state
+from lab.executor import STILL_RUNNING, Executor, Job, run_one, run_plan
+from lab.sweep import spec, state
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DPO = str(RECIPES / "dpo.yaml")
@@ -62,7 +62,7 @@ def test_a_sweep_killed_hard_takes_its_runs_with_it(tmp_path):
     driver.write_text(textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from rlhf_recipes.tools.lab.executor import Executor, Job
+        from lab.executor import Executor, Job
         jobs = [Job(f"seed-{{i}}", Path(p), ({DPO!r},)) for i, p in enumerate({[str(r) for r in runs]!r})]
         Executor(2, launcher=f"{{sys.executable}} {str(fake)!r}").run(jobs)
     """))
@@ -113,7 +113,7 @@ def test_a_run_held_by_a_live_process_is_running_with_its_pid_not_failed(tmp_pat
 def test_report_with_a_metric_no_run_logged_names_the_ones_they_have(tmp_path, capsys):
     from test_sweep_bookkeeping import _fake_run
 
-    from rlhf_recipes.tools.sweep.cli import main
+    from lab.sweep.cli import main
 
     state.save(spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1]), tmp_path)
     for seed in (0, 1):

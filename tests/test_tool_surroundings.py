@@ -130,3 +130,14 @@ def test_bench_errors_surroundings_cases_are_all_clear(tmp_path):
     results = json.loads(out.read_text())["results"]
     assert len(results) == sum(c.group == "surroundings" for c in CASES) == 5
     assert [(r["case"], r["verdict"]) for r in results if r["verdict"] != "clear"] == []
+
+
+def test_the_lab_commands_join_through_the_entry_point_group():
+    """`rlhf-recipes sweep` keeps its name though the runner's own table does not list it: the installed entry point
+    (pyproject.toml, group rlhf_recipes.commands) hands the lab's commands in, and the usage line lists them."""
+    from lab.commands import COMMANDS as LAB
+
+    assert not set(LAB) & set(cli.COMMANDS)
+    assert {"sweep", "nano-book", "nano-figures", "overoptimization", "pipeline"} <= set(cli.all_commands())
+    assert all(cli.all_commands()[name] == command for name, command in LAB.items())
+    assert "sweep" in cli.usage()

@@ -183,7 +183,7 @@ def test_download_hints_name_the_hf_command_that_huggingface_hub_ships(tmp_path,
     assert "hf download --repo-type dataset nobody/no-data" in str(info.value)
     root = Path(__file__).resolve().parents[1]
     named = [f"{p.relative_to(root)}" for p in [root / "README.md", *(root / "docs").rglob("*.md"),
-                                                 *(root / "rlhf_recipes").rglob("*.py")]
+                                                 *(root / "rlhf_recipes").rglob("*.py"), *(root / "lab").rglob("*.py")]
              if "huggingface-cli" in p.read_text(encoding="utf-8")]
     assert not named, f"files that still name huggingface-cli: {named}"
 

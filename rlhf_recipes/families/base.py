@@ -11,32 +11,15 @@ The hooks, in the order a run calls them:
 build_trainer's construction is shared; a family changes it through `peft_config(recipe)` and
 `trainer_kwargs(recipe, trainer_class)`.
 
-Facts the tools ask (planner, bench, compare, evaluate) instead of testing family names; the class
-attributes and methods after the hooks below, each with what it means and its default.
+The facts after the hooks are the ones the run's own checks ask (validation.py). What only a tool reads lives
+with that tool: the memory plan's in tools/planner/family_shapes.py, compare's in tools/compare/family_logs.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlhf_recipes.errors import RecipeError
-
-
-@dataclass(frozen=True)
-class BookFigure:
-    """One of the book's wandb figures (rlhf-book, images/<image>) and the nano figure drawn with the same metrics
-    against the same axis (the optimizer step); tools/nano_book.py and tools/nano_figures.py draw it."""
-    name: str  # the nano figure's name: <out>/nano_<name>.png
-    image: str  # the book's image it answers
-    # (the book's wandb metric, the key our runs log in metrics.jsonl) per panel, in the book's order
-    panels: tuple[tuple[str, str], ...]
-    # the registry's algorithms whose nano runs it overlays; () : the nano SFT base's own build (no new run)
-    algorithms: tuple[str, ...] = ()
-    # held-out proof beside the book's training panels: a metrics.jsonl key drawn per step ...
-    heldout_curve: str | None = None
-    # ... and/or (after, before) keys of final_results.json, drawn per run with the base beside it
-    heldout_final: tuple[str, str] | None = None
 
 
 class Family:
@@ -102,51 +85,9 @@ class Family:
         evaluator.check()
         return evaluator
 
-    # --- Facts -----------------------------------------------------------------------------
-    # Training samples completions from the policy (a generation phase: KV cache, sampling).
-    generates_rollouts: ClassVar[bool] = False
-    # Its runs train a reward model (a scoring head; `rlhf-recipes evaluate` scores a saved one).
-    trains_reward_model: ClassVar[bool] = False
-    # The book's loop logs without `step=`: one wandb row per rollout, then one per optimizer step.
-    book_logs_by_rollout: ClassVar[bool] = False
-    # The book logs train/<x> and val/<x>: any it logs beyond the registry's map is our <x> and eval_<x>.
-    book_logs_prefixed: ClassVar[bool] = False
-    # Our metrics worth plotting when local runs are compared with each other, in display order (globs allowed).
-    compare_metrics: ClassVar[tuple[str, ...]] = ("loss", "grad_norm")
+    # --- Facts the run's own checks ask (validation.py) --------------------------------------
     # The model's tokenizer must bring a chat template (conversational prompts); checked before anything loads.
     needs_chat_template: ClassVar[bool] = False
-    # `rlhf-recipes nano-book --family NAME` (tools/nano_book.py), for a family that runs on nano: the held-out
-    # metrics of its table and figure (the evaluator's, logged as eval/<metric> during training; a run "learns"
-    # when every one's gain interval is above zero) and the training metric drawn beside them.
-    nano_book_heldout: ClassVar[tuple[str, ...]] = ()
-    nano_book_training: ClassVar[str | None] = None
-    # The book's figure for this family and its metrics mapped to ours (BookFigure); None: the book draws none.
-    book_figure: ClassVar[BookFigure | None] = None
-
-    def sequences_per_example(self, recipe) -> int:
-        """Sequences one training example puts through the forward (chosen + rejected: 2)."""
-        return 1
-
-    def scoring_head(self, recipe) -> tuple[int, bool] | None:
-        """(labels, bias) of the classification head trained instead of the LM head; None: the LM head."""
-        return None
-
-    def trains_with_trl_trainer(self, recipe) -> bool:
-        """The trainer is one of TRL's (or a subclass): it casts LoRA adapters to bf16 under QLoRA and keeps
-        the base dtype under ZeRO-3 (a plain transformers.Trainer leaves PEFT's fp32)."""
-        return True
-
-    def reference_model(self, recipe, peft: bool) -> bool:
-        """A frozen copy of the policy is held in memory during training."""
-        return False
-
-    def reference_note(self, recipe, peft: bool) -> str | None:
-        """Why the reference is kept or not, where that is worth a line in the memory plan."""
-        return None
-
-    def learned_reward_models(self, recipe) -> list[str]:
-        """Paths of trained reward models loaded for inference during training."""
-        return []
 
     def token_classifiers(self, recipe) -> list[str]:
         """The settings naming a model this run loads as a token classifier (one output per token)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf_recipes.errors import RecipeError
-from rlhf_recipes.families.base import BookFigure, Family, derive_gradient_accumulation
+from rlhf_recipes.families.base import Family, derive_gradient_accumulation
 
 # The book's batch structure, in the words of a policy-gradient run (families/base.py derive_gradient_accumulation).
 INDIVISIBLE = (
@@ -30,32 +30,6 @@ INDIVISIBLE = (
 class PolicyGradient(Family):
     name = "policy_gradient"
     needs_chat_template = True
-    nano_book_heldout = ("exact_match",)  # the book's figure: held-out accuracy on the task ...
-    nano_book_training = "rewards/correctness_reward/mean"  # ... beside the training correctness reward
-    # The book's figure plots avg_reward (correctness + 0.5 x format, 0-1.5), which TRL logs as `reward`.
-    book_figure = BookFigure("policy_gradients", "wandb_policy_gradients.png", (("avg_reward", "reward"),),
-                             ("cispo", "gspo", "drgrpo", "ppo", "rloo", "grpo", "reinforce"), "eval/exact_match")
-    generates_rollouts = True
-    book_logs_by_rollout = True
-    compare_metrics = ("reward", "rewards/*/mean", "completions/mean_length", "kl", "loss", "grad_norm")
-
-    def reference_model(self, recipe, peft: bool) -> bool:
-        """Only for a KL penalty (beta != 0), and not with LoRA (the adapter is disabled to score it)."""
-        return not peft and getattr(recipe.training, "beta", 0.0) != 0.0
-
-    def reference_note(self, recipe, peft: bool) -> str | None:
-        if self.reference_model(recipe, peft):
-            return None
-        return ("no reference model (beta = 0)" if getattr(recipe.training, "beta", 0.0) == 0 else
-                "no reference model (LoRA: the adapter is disabled to score the reference)")
-
-    def learned_reward_models(self, recipe) -> list[str]:
-        """The trained reward models among the reward functions (`rm:<path>`)."""
-        from rewards.reward_model import RM_PREFIX
-
-        specs = getattr(recipe.training, "reward_funcs", None) or []
-        return [spec[len(RM_PREFIX):] for spec in specs if isinstance(spec, str) and spec.startswith(RM_PREFIX)]
-
     def token_classifiers(self, recipe) -> list[str]:
         """PPO's separate value model: its own checkpoint, else a copy of the policy."""
         if not recipe.has("value_model_path") or recipe.value("share_value_backbone"):

@@ -35,7 +35,7 @@ from typing import Any
 
 from rewards.reward_model import RM_PREFIX
 from rlhf_recipes.generation import free_memory, generate
-from rlhf_recipes.families.base import BookFigure, Family
+from rlhf_recipes.families.base import Family
 from rlhf_recipes.families.rejection_sampling_stages import Processes, chunk_seed, parts_dir, read_jsonl, sharded, stage
 from rlhf_recipes.families.sft import SupervisedFineTuning
 
@@ -120,13 +120,6 @@ def score(model, tokenizer, chats: list[list[dict]], batch_size: int) -> list[fl
 # --- the family --------------------------------------------------------------------------------
 class RejectionSampling(SupervisedFineTuning):
     name = "rejection_sampling"
-    # The book's four rules' SFT stage (wandb sft/*; our SFT stage logs them unprefixed, epoch from 0) and, as the
-    # proof, stage 6's held-out exact match after and before (final_results.json).
-    book_figure = BookFigure("rejection_sampling", "wandb_rejection_sampling.png",
-                             (("sft/loss", "loss"), ("sft/grad_norm", "grad_norm"), ("sft/epoch", "epoch")),
-                             ("rejection_sampling_top_per_prompt", "rejection_sampling_top_k_overall",
-                              "rejection_sampling_random_per_prompt", "rejection_sampling_random_k_overall"),
-                             heldout_final=("test_accuracy", "base_test_accuracy"))
 
     # --- stages 1-4 (and the base evaluation) ---
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):

@@ -63,21 +63,6 @@ def _merged_for_scoring(recipe, trainer):
 
 class RewardModels(Family):
     name = "reward_model"
-    trains_reward_model = True
-    book_logs_prefixed = True
-    compare_metrics = ("accuracy", "margin", "loss", "eval_accuracy", "eval_loss")
-
-    def sequences_per_example(self, recipe) -> int:
-        return 2 if rm_kind(recipe) == "preference" else 1  # a preference pair, or one rollout / solution
-
-    def scoring_head(self, recipe) -> tuple[int, bool] | None:
-        """The book's head: Linear(hidden, 1) without bias, or Linear(hidden, 3) with bias for a PRM."""
-        kind = rm_kind(recipe)
-        return NUM_LABELS[kind], kind == "process"
-
-    def trains_with_trl_trainer(self, recipe) -> bool:
-        return rm_kind(recipe) == "preference"  # ORM/PRM: our plain transformers.Trainer subclasses
-
     def token_classifiers(self, recipe) -> list[str]:
         return [] if rm_kind(recipe) == "preference" else ["model_name_or_path"]  # ORM / PRM: a score per token
 

@@ -10,17 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf_recipes.families.base import BookFigure, Family
+from rlhf_recipes.families.base import Family
 
 
 class SelfDistillation(Family):
     name = "self_distillation"
     needs_chat_template = True
-    generates_rollouts = True  # 8 rollouts per prompt each step; the live model is its own teacher (no reference)
-    compare_metrics = ("reward", "loss", "skipped", "completions/mean_length", "grad_norm")
-    # The book's sdpo_rg run: reward of the accepted groups, the distillation loss, grad_norm.
-    book_figure = BookFigure("distillation", "wandb_distillation.png",
-                             (("reward", "reward"), ("loss", "loss"), ("grad_norm", "grad_norm")), ("sdpo",))
 
     def trainer_kwargs(self, recipe, trainer_class: type) -> dict[str, Any]:
         """The reward functions, resolved here from their names (rewards/)."""

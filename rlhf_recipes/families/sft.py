@@ -15,7 +15,7 @@ import logging
 import os
 from typing import Any
 
-from rlhf_recipes.families.base import BookFigure, Family
+from rlhf_recipes.families.base import Family
 from rlhf_recipes.models import copy_chat_template
 
 logger = logging.getLogger(__name__)
@@ -23,11 +23,6 @@ logger = logging.getLogger(__name__)
 
 class SupervisedFineTuning(Family):
     name = "sft"
-    # Facts: the defaults (one sequence per example, the LM head, no reference, no generation).
-    compare_metrics = ("loss", "mean_token_accuracy", "grad_norm")
-    # The book's no_robots SFT run; on nano, the nano base's own build (its periodic eval/exact_match: the proof).
-    book_figure = BookFigure("instruction_tuning", "wandb_instruction_tuning.png",
-                             (("loss", "loss"), ("grad_norm", "grad_norm")), (), "eval/exact_match")
 
     def build_trainer(self, recipe, model, tokenizer, train, eval, callbacks):
         cfg = recipe.training

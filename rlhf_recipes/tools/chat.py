@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf_recipes.run_folder import RunFolderError
-from rlhf_recipes.tools.lab.policy import load_policy
+from rlhf_recipes.tools.policy import load_policy
 from rlhf_recipes.tools.surroundings import SurroundingsError, check_device, check_port_free, port_message, require
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 

@@ -51,15 +51,6 @@ COMMANDS: dict[str, Command] = {
     "plan": Command("rlhf_recipes.tools.planner.cli:main", "plan a recipe's GPU memory before launching it"),
     "evaluate": Command("rlhf_recipes.tools.evaluate:main",
                         "held-out task accuracy of a run (any family), before / after with intervals"),
-    "pipeline": Command("rlhf_recipes.tools.pipeline:main", "the two-phase HH-RLHF pipeline in one command"),
-    "sweep": Command("rlhf_recipes.tools.sweep.cli:main",
-                     "a grid of settings x seeds, locally or as a SLURM array: intervals over seeds, one report"),
-    "nano-book": Command("rlhf_recipes.tools.nano_book:main",
-                         "every recipe of a family (--family) on the nano profile: held-out gains, one figure, a table"),
-    "nano-figures": Command("rlhf_recipes.tools.nano_figures:main",
-                            "the book's SFT, rejection-sampling and distillation figures on nano, same metrics and axes"),
-    "overoptimization": Command("rlhf_recipes.tools.overoptimization.cli:main",
-                                "reward over-optimization on nano: gold vs proxy vs KL for best-of-n, RL, DPO/IPO"),
     "results": Command("rlhf_recipes.tools.results:main",
                        "final numbers of runs next to the book's (e.g. rejection sampling's test_accuracy)"),
     "runs": Command("rlhf_recipes.tools.runs:main",
@@ -72,11 +63,27 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+# Commands that other installed packages add (the many-run tools: sweep, nano-book, ...): an entry point of this group
+# names a {name: Command} mapping, read when a command is looked up, as pytest finds its plugins; the runner itself
+# never names the package that adds them (pyproject.toml registers it).
+COMMAND_GROUP = "rlhf_recipes.commands"
+
+
+def all_commands() -> dict[str, Command]:
+    from importlib.metadata import entry_points
+
+    commands = dict(COMMANDS)
+    for point in entry_points(group=COMMAND_GROUP):
+        commands.update(point.load())
+    return commands
+
+
 def usage() -> str:
-    width = max(map(len, COMMANDS))
+    commands = all_commands()
+    width = max(map(len, commands))
     lines = ["usage: rlhf-recipes <command> [args ...]   (rlhf-recipes <command> --help for its options)", "",
              "commands:"]
-    lines += [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    lines += [f"  {name:<{width}}  {command.summary}" for name, command in commands.items()]
     return "\n".join(lines)
 
 
@@ -86,15 +93,16 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     name, rest = argv[0], argv[1:]
-    command = COMMANDS.get(name)
+    commands = all_commands()
+    command = commands.get(name)
     if command is None:
         import difflib
 
-        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        close = difflib.get_close_matches(name, commands, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else ""
         if name.startswith("bench"):  # the benchmarks left the installed command
             hint = " The benchmarks run from a checkout: python -m benchmarks.<name> (benchmarks/README.md)."
-        print(f"error: unknown command `{name}`.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(f"error: unknown command `{name}`.{hint} Commands: {', '.join(commands)}", file=sys.stderr)
         return 2
     module, _, function = command.target.partition(":")
     from rlhf_recipes.quiet import quiet_known_noise

@@ -29,7 +29,7 @@ from pathlib import Path
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import CONFIG_FILE, EVAL_SUBDIR, has_config
-from rlhf_recipes.tools.lab.document import number
+from rlhf_recipes.tools.document import number
 
 # eval: the former name of heldout (the reward models' held-out split)
 SPLITS = ("heldout", "eval", "all", "validation")
@@ -168,7 +168,7 @@ def report_rows(result: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def print_report(result: dict) -> None:
-    from rlhf_recipes.tools.lab.document import print_table
+    from rlhf_recipes.tools.document import print_table
 
     data, speed = result["data"], result["throughput"]
     # A reward model's best-of-N rows are other problems than its split's (the held-out draw): say both counts.

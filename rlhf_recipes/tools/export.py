@@ -29,7 +29,7 @@ from typing import Any
 
 from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError
-from rlhf_recipes.tools.lab.document import number
+from rlhf_recipes.tools.document import number
 from rlhf_recipes.tools.trained_model import TrainedModel, open_trained_model
 
 

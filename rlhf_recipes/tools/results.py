@@ -22,7 +22,7 @@ BASE_PREFIX = "base_"  # final_results.json key of the same metric measured on t
 def table(run_dirs: list[str], metric: str = "test_accuracy") -> str:
     from rlhf_recipes.book_reference import book_reference
     from rlhf_recipes.registry import canonical_name
-    from rlhf_recipes.tools.lab.document import number, plain_table
+    from rlhf_recipes.tools.document import number, plain_table
 
     rows = []
     for run in run_dirs:

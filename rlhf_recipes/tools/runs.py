@@ -28,8 +28,8 @@ from pathlib import Path
 
 from rlhf_recipes.run_folder import Checkpoint, SavedRun, find_runs
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
-from rlhf_recipes.tools.lab import document
-from rlhf_recipes.tools.lab.document import number
+from rlhf_recipes.tools import document
+from rlhf_recipes.tools.document import number
 
 DEFAULT_ROOT = "outputs"
 

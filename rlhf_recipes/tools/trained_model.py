@@ -20,6 +20,8 @@ from rlhf_recipes.checkpoints import is_checkpoint_dir
 from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError, SavedRun
 
 ADAPTER_CONFIG = "adapter_config.json"
+# The families whose runs save a scoring model (a reward model: its head, and a LoRA run's merged/ copy), not a policy.
+SCORING_FAMILIES = frozenset({"reward_model"})
 
 
 @dataclass
@@ -59,7 +61,7 @@ class TrainedModel:
 
     def load_policy(self, dtype=None, merge: bool = False):
         """The trained causal LM (a LoRA run: PeftModel of the adapter on its base, merged if asked)."""
-        from rlhf_recipes.tools.lab.policy import load_policy
+        from rlhf_recipes.tools.policy import load_policy
 
         if not self.is_adapter:
             return load_policy(self.folder, dtype or "auto", device=None)
@@ -96,8 +98,6 @@ def open_trained_model(path: str | Path, checkpoint: str | None = None, *, requi
     (its complete checkpoints offered, with `--checkpoint STEP` where the tool has that option), an incomplete
     checkpoint."""
     from rlhf_recipes.config import RecipeError, load_recipe
-    from rlhf_recipes.registry import family_of
-
     path = Path(path)
     if is_checkpoint_dir(path) and path.parent.is_dir() and checkpoint is None:
         path, checkpoint = path.parent, path.name
@@ -117,7 +117,7 @@ def open_trained_model(path: str | Path, checkpoint: str | None = None, *, requi
         recipe = load_recipe([str(run.path / CONFIG_FILE)], construct=False)
     except RecipeError as e:
         raise RunFolderError(f"{run.path / CONFIG_FILE}: {e}") from None
-    reward_model = family_of(recipe.algorithm).trains_reward_model
+    reward_model = recipe.algorithm.family in SCORING_FAMILIES
     has_weights = any((folder / n).is_file() for n in ("config.json", ADAPTER_CONFIG)) or (
         reward_model and (folder / "merged" / "config.json").is_file())
     if not has_weights:

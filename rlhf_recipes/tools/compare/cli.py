@@ -21,7 +21,7 @@ from rlhf_recipes.tools.compare.report import (
     compare_local_runs, compare_with_nano_runs, compare_with_reference,
 )
 from rlhf_recipes.tools.compare.verdict import WINDOW_FRACTION
-from rlhf_recipes.tools.lab.document import print_table
+from rlhf_recipes.tools.document import print_table
 
 
 def main(argv: list[str] | None = None) -> int:

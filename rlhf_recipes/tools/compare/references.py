@@ -3,7 +3,7 @@
 Every per-algorithm fact (run ids, the rollout or accumulation shape, the metric map with its scales, aliases) lives
 in rlhf_recipes/book_reference.py and the book's metric vocabulary in rlhf_recipes/book_logs.py; this file only
 shapes them for comparing. What a family's book logs look like and what to plot when runs are compared with each
-other are facts of the family object (`ReferenceSpec.facts`, rlhf_recipes/families/base.py). Direction convention:
+other are compare's own facts (family_logs.py). Direction convention:
 every map goes book -> ours; a reference value is multiplied by `scale` to land in our trainers' units.
 
 A published run comes from the repo's cache, else from the wandb public API. The API is used only when a quick
@@ -45,7 +45,6 @@ import time
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -57,7 +56,8 @@ from rlhf_recipes.book_logs import (
 from rlhf_recipes.book_reference import BookShape, book_reference
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.paths import REFERENCE_RUNS_DIR, REPO_ROOT
-from rlhf_recipes.registry import ALGORITHMS, canonical_name, family_named
+from rlhf_recipes.registry import ALGORITHMS, canonical_name
+from rlhf_recipes.tools.compare.family_logs import LOGS_BY_ROLLOUT, LOGS_PREFIXED
 from rlhf_recipes.tools.compare.load import API_STEP_COLUMN, CompareError, ReferenceHistory, load_reference_csvs
 
 PROBE_TIMEOUT_S = 3.0
@@ -78,9 +78,12 @@ class ReferenceSpec:
     run_setup: str = ""  # "older setup: ..." when the book's run was made by older code with other settings
 
     @property
-    def facts(self) -> Any:
-        """The family object (families/base.py): how the book logs this family, what to plot."""
-        return family_named(self.family)
+    def logs_by_rollout(self) -> bool:
+        return self.family in LOGS_BY_ROLLOUT
+
+    @property
+    def logs_prefixed(self) -> bool:
+        return self.family in LOGS_PREFIXED
 
     @property
     def wandb_path(self) -> str | None:
@@ -311,7 +314,7 @@ def _pg_steps(history: ReferenceHistory, spec: ReferenceSpec, notes: list[str]) 
 def _rule_based_maps(frame: pd.DataFrame, spec: ReferenceSpec) -> list[MetricMap]:
     """Where the book logs train/<x> and val/<x> (reward models): any other train/<x> is our <x>, val/<x> our
     eval_<x> (ORM/PRM extras)."""
-    if not spec.facts.book_logs_prefixed:
+    if not spec.logs_prefixed:
         return []
     used = {name for mm in spec.metrics for name in mm.book}
     return [MetricMap(ours + col.removeprefix(book), (col,)) for col in frame.columns if col not in used
@@ -332,7 +335,7 @@ def _name_generation_note(frame: pd.DataFrame) -> list[str]:
 
 def _unprefixed_names_note(aligned: dict[str, AlignedMetric], spec: ReferenceSpec) -> list[str]:
     """Say so when a reward-model reference logged the book's old unprefixed names (book_logs.BOOK_RM_OLD_NAMES)."""
-    if not spec.facts.book_logs_prefixed:
+    if not spec.logs_prefixed:
         return []
     old = [am.book for am in aligned.values() if am.book in BOOK_RM_OLD_NAMES]
     return [(f"reference metric names: the book's unprefixed ones, from before its train/ and val/ names "
@@ -342,7 +345,7 @@ def _unprefixed_names_note(aligned: dict[str, AlignedMetric], spec: ReferenceSpe
 def align_reference(history: ReferenceHistory, spec: ReferenceSpec) -> AlignedReference:
     notes: list[str] = []
     frame = history.frame
-    if spec.facts.book_logs_by_rollout:
+    if spec.logs_by_rollout:
         our_steps, how = _pg_steps(history, spec, notes)
         notes.extend(_name_generation_note(frame))
     else:

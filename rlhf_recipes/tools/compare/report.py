@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from rlhf_recipes.paths import REFERENCE_RUNS_DIR
-from rlhf_recipes.registry import FAMILIES, canonical_name, family_named
+from rlhf_recipes.registry import FAMILIES, canonical_name
 from rlhf_recipes.run_folder import has_metrics
+from rlhf_recipes.tools.compare.family_logs import compare_metrics
 from rlhf_recipes.tools.compare.load import (
     NANO_PROFILE, CompareError, LocalRun, load_reference_csvs, load_runs, run_algorithm, run_profile,
 )
@@ -34,7 +35,7 @@ from rlhf_recipes.tools.compare.references import (
 from rlhf_recipes.tools.compare.verdict import (
     BAND_SIGMAS, WINDOW_FRACTION, Comparison, compare_to_reference, final_mean,
 )
-from rlhf_recipes.tools.lab.document import number, plain_table, pyplot, save_figure, write_result
+from rlhf_recipes.tools.document import number, plain_table, pyplot, save_figure, write_result
 
 FIGURE_NAME = "compare.png"
 TABLE_NAME = "compare.txt"
@@ -169,7 +170,7 @@ def _local_patterns(runs: list[LocalRun]) -> list[str]:
     # The families of the runs' known algorithms; where no run names one, every family's key metrics.
     families = list(dict.fromkeys(spec.family for run in runs if (spec := lookup(run.algorithm or "")))) or FAMILIES
     # Held-out evaluation during training (eval_every) logs eval/<metric>: shown wherever a run has it.
-    return [p for family in families for p in family_named(family).compare_metrics] + ["eval/*"]
+    return [p for family in families for p in compare_metrics(family)] + ["eval/*"]
 
 
 def heldout_rows(runs: list[LocalRun]) -> list[list[str]]:

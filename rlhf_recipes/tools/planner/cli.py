@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
 
     from rlhf_recipes.config import RecipeError
-    from rlhf_recipes.tools.lab.document import write_result
+    from rlhf_recipes.tools.document import write_result
     from rlhf_recipes.tools.planner import plan_recipe, read_launch
     from rlhf_recipes.tools.planner.report import render, suggest
     from rlhf_recipes.tools.planner.shapes import ShapeError

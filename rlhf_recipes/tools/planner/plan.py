@@ -3,7 +3,7 @@
 `plan_recipe(argv, launch)` reads the recipe exactly as recipes/run.py does (load_recipe:
 effective batch, LoRA, checkpointing, dtype, lengths, generation settings), the model's shape
 from its config.json, and adds up the terms of rlhf_recipes/tools/planner/memory.py for the
-algorithm's family, from the facts its family object declares (rlhf_recipes/families/base.py):
+algorithm's family, from the planner's own facts of each family (family_shapes.py):
 
   direct alignment  policy + reference (none for a reference-free loss such as simpo/orpo, none with
                     LoRA: the adapter is disabled instead) + chosen and rejected in one forward (2 x micro-batch)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf_recipes.registry import family_of
+from rlhf_recipes.tools.planner import family_shapes as shapes_of
 from rlhf_recipes.tools.planner import memory as M
 from rlhf_recipes.tools.planner.launch import Launch
 from rlhf_recipes.tools.planner.shapes import ModelShape, ShapeError, load_shape
@@ -122,9 +122,9 @@ def load_for_planning(argv: list[str], world_size: int):
 
 
 def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> Workload:
-    training, family = recipe.training, family_of(recipe.algorithm)
+    training = recipe.training
     per_device = training.per_device_train_batch_size
-    if family.generates_rollouts:
+    if shapes_of.generates_rollouts(recipe):
         prompt = prompt_len or getattr(training, "max_prompt_length", None) or DEFAULT_PROMPT_LENGTH
         completion = training.max_completion_length
         generation = (getattr(training, "generation_batch_size", None)
@@ -132,7 +132,7 @@ def default_workload(recipe, launch: Launch, prompt_len: int | None = None) -> W
         return Workload(train_sequences=per_device, train_seq_len=prompt + completion,
                         generation_sequences=max(1, generation // launch.processes), prompt_len=prompt,
                         completion_len=completion)
-    return Workload(train_sequences=per_device * family.sequences_per_example(recipe),
+    return Workload(train_sequences=per_device * shapes_of.sequences_per_example(recipe),
                     train_seq_len=training.max_length)
 
 
@@ -152,7 +152,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
     tensors measured there): TRL's LM head then folds its tiles with torch ops instead of Triton.
     """
     training, model_args, algorithm = recipe.training, recipe.model, recipe.algorithm
-    family = family_of(algorithm)
+    generates = shapes_of.generates_rollouts(recipe)
     world = launch.processes
     notes: list[str] = []
     warnings: list[str] = []
@@ -174,12 +174,12 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         attention = "flash"
 
     # What trains.
-    score_head = family.scoring_head(recipe)  # a reward model's classification head, or None: the LM head
+    score_head = shapes_of.scoring_head(recipe)  # a reward model's classification head, or None: the LM head
     labels, bias = score_head or (None, False)
     total = shape.total_params(labels, bias)
     peft = bool(model_args.use_peft)
     qlora = bool(model_args.load_in_4bit)
-    trl_trainer = family.trains_with_trl_trainer(recipe)
+    trl_trainer = shapes_of.trains_with_trl_trainer(recipe)
     if qlora and not peft:
         warnings.append("load_in_4bit without use_peft: 4-bit weights cannot be trained; add --use_peft true")
     if peft:
@@ -227,15 +227,15 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
             f"2 states x {trainable / 1e6:.1f}M x {grad_bytes} B" if "8bit" not in optim
             else f"2 x 1 B x {trainable / 1e6:.1f}M")
 
-    if family.reference_model(recipe, peft):
+    if shapes_of.reference_model(recipe, peft):
         ref_p = M.dtype_bytes(getattr(training, "ref_dtype", None), p)
         add("reference model", total * ref_p / shard, "resident",
             f"frozen copy: {total / 1e9:.3f}B x {ref_p} B" + (f" / {shard}" if shard > 1 else ""))
-    reference_note = family.reference_note(recipe, peft)
+    reference_note = shapes_of.reference_note(recipe, peft)
     if reference_note:
         notes.append(reference_note)
 
-    for path in family.learned_reward_models(recipe):
+    for path in shapes_of.learned_reward_models(recipe):
         try:
             rm_shape = load_shape(path)
         except (ShapeError, OSError) as err:
@@ -294,7 +294,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         head_name = None
     elif algorithm.materializes_full_logits:
         # A trainer on its own rollouts keeps logits for the completion only (TRL's logits_to_keep).
-        logit_tokens = n * workload.completion_len if family.generates_rollouts and workload.completion_len else T
+        logit_tokens = n * workload.completion_len if generates and workload.completion_len else T
         head = M.full_logits_bytes(shape, logit_tokens, e, triton=device != "cpu")
         head_name = "logits (T x V, materialized by the trainer)"
     else:
@@ -308,7 +308,7 @@ def build_plan(recipe, launch: Launch, shape: ModelShape, workload: Workload, bf
         add("backward workspace", transient, "train", "(2 f e + 4 h (4 - e)) T: gradients of one layer")
 
     # --- generation phase (policy gradients) --------------------------------------------
-    if family.generates_rollouts:
+    if generates:
         g, total_len = workload.generation_sequences, workload.prompt_len + workload.completion_len
         add("KV cache", M.kv_cache_bytes(shape, g, total_len, e), "generation",
             f"{g} seq x {total_len} tok x 2 L k d e "

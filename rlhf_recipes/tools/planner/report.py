@@ -84,7 +84,7 @@ def gib(x: float) -> str:
 def render(plan: Plan, suggestions: list[Suggestion] | None = None, console=None) -> None:
     from rich.console import Console
 
-    from rlhf_recipes.tools.lab.document import table as new_table
+    from rlhf_recipes.tools.document import table as new_table
 
     console = console or Console()
     r = plan.recipe

@@ -64,12 +64,12 @@ def paired_difference(a: dict[int, float], b: dict[int, float], confidence: floa
 
 GAIN_METHOD = ("95% t interval over seeds and problems (crossed: every seed scored on the same problems); variance "
                "parts var(per-seed mean gain)/seeds and var(per-problem gain averaged over seeds)/problems, each "
-               "times its t quantile (seeds-1, problems-1 df), added in quadrature (rlhf_recipes/tools/lab/stats.py)")
+               "times its t quantile (seeds-1, problems-1 df), added in quadrature (lab/stats.py)")
 GAIN_FROM_INTERVALS = ("95% t interval over seeds and problems, from each seed's recorded paired-bootstrap interval "
                        "(no per-problem values recorded): parts var(per-seed gain)/seeds and (mean per-seed standard "
                        "error over problems)^2, the problems' share as if every seed erred on the same problems (an "
                        "upper bound), each part times its t quantile, added in quadrature "
-                       "(rlhf_recipes/tools/lab/stats.py)")
+                       "(lab/stats.py)")
 
 
 def _crossed(mean: float, seed_part: float, seeds: int, problem_part: float, problems: int, method: str,

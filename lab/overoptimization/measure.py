@@ -44,7 +44,7 @@ def heldout(profile: str, problems: int):
 
 
 def _load(path: str):
-    from rlhf_recipes.tools.lab.policy import load_policy
+    from rlhf_recipes.tools.policy import load_policy
 
     return load_policy(path, dtype="float32", device=None)
 
@@ -79,7 +79,7 @@ def kl(policy, base, tokenizer, rows, groups, kwargs, temperature: float) -> tup
     """Per sample: (sum of exact token KLs, sum of log-ratios) of KL(policy || base) at the sampling temperature
     without the cut, along the policy's own samples (lab/kl.py's sampled_kl)."""
     from rlhf_recipes.generation import prompt_ids
-    from rlhf_recipes.tools.lab.kl import sampled_kl
+    from lab.kl import sampled_kl
 
     prompts = prompt_ids(tokenizer, [list(r["prompt"]) for r in rows], kwargs)
     exact, ratio = sampled_kl(policy, base, [p for p, group in zip(prompts, groups) for _ in group],

@@ -6,14 +6,14 @@
     rlhf-recipes nano-book --algorithms grpo,dapo --seeds 3 --workers 2     # 3 training seeds each, 2 at a time
 
 For each algorithm of the family and each seed (default: one run at the recipe's seed, in <out>/<algorithm>), a job of
-the lab's executor (rlhf_recipes/tools/lab/executor.py: a failed run never stops the others, the same command again
+the lab's executor (lab/executor.py: a failed run never stops the others, the same command again
 resumes what was interrupted and reuses what finished):
   1. train `recipes/<algorithm>.yaml --profile nano --torch_threads 1` in its own process (the normal runner; one
      torch thread, as the shipped runs: the same numbers on the same kind of CPU), with periodic greedy held-out
      evaluation logged as eval/<metric>;
   2. `rlhf-recipes evaluate RUN --baseline`: the family's held-out metrics of the run and of the nano SFT base on
      the same problems, each gain with its paired-bootstrap 95% interval (rlhf_recipes/evaluation/).
-The family names the metrics (Family.nano_book_heldout, nano_book_training): policy gradients, held-out exact match
+The family names the metrics (book_figures.NANO_BOOK): policy gradients, held-out exact match
 and the book's training correctness reward; direct alignment, held-out preference accuracy (implicit reward),
 held-out exact match and the training pairs' preference accuracy. Writes <out>/nano_book_<family>.png (a panel per
 held-out metric and per training metric, a running mean, against the optimizer step; a line per algorithm),
@@ -36,11 +36,12 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import read_metrics, read_results
-from rlhf_recipes.tools.lab import document
-from rlhf_recipes.tools.lab.document import (
+from rlhf_recipes.tools import document
+from rlhf_recipes.tools.document import (
     logs_window, points, pyplot, render_text, running_mean, save_figure, write_result, wrote,
 )
-from rlhf_recipes.tools.lab.stats import per_problem_gains
+from lab.book_figures import BOOK_FIGURES, NANO_BOOK
+from lab.stats import per_problem_gains
 
 DEFAULT_FAMILY = "policy_gradient"  # the book's headline figure (chapter 6)
 WALL_FILE = "nano_book_wall_s.json"
@@ -48,7 +49,7 @@ WALL_FILE = "nano_book_wall_s.json"
 # count changes a CPU run's numbers. nano-figures' runs take the same.
 NANO_RUN = ("--profile", "nano", "--torch_threads", "1")
 # Panel title, axis label and whether it is a rate (drawn in %) of the metrics the families name
-# (Family.nano_book_heldout / nano_book_training); another metric is drawn under its own name.
+# (book_figures.NANO_BOOK); another metric is drawn under its own name.
 LABELS = {
     "exact_match": ("Held-out spell_backward accuracy (step 0: the nano base)",
                     "held-out exact match (% of problems, greedy)", True),
@@ -71,18 +72,14 @@ def nano_algorithms(family: str = DEFAULT_FAMILY) -> list[str]:
 
 def book_metrics(family: str) -> tuple[tuple[str, ...], str]:
     """(held-out metrics, training metric) of the family's figure and table."""
-    from rlhf_recipes.registry import family_named
-
-    fam = family_named(family)
-    return fam.nano_book_heldout, fam.nano_book_training
+    metrics = NANO_BOOK[family]
+    return metrics.heldout, metrics.training
 
 
 def book_panels(family: str) -> dict[str, str]:
-    """{our logged key: the book's metric} of the panels of the book's figure for this family (Family.book_figure),
+    """{our logged key: the book's metric} of the panels of the book's figure for this family (BOOK_FIGURES),
     drawn beside the held-out metrics under the book's name; empty where the book draws none."""
-    from rlhf_recipes.registry import family_named
-
-    figure = family_named(family).book_figure
+    figure = BOOK_FIGURES.get(family)
     return {key: book for book, key in figure.panels} if figure else {}
 
 
@@ -111,10 +108,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         "the evaluated run folders under --out (the same --family, --algorithms and --seeds)")
     args = parser.parse_args(argv)
     from rlhf_recipes.profiles import read_profile
-    from rlhf_recipes.registry import FAMILIES, family_named
+    from rlhf_recipes.registry import FAMILIES
 
     # the families the nano profile runs that have nano-book metrics, in the registry's order
-    families = [f for f in FAMILIES if read_profile("nano").runs(f) and family_named(f).nano_book_heldout]
+    families = [f for f in FAMILIES if read_profile("nano").runs(f) and f in NANO_BOOK]
     if args.family not in families:
         parser.error(f"--family: {args.family} does not run on nano; expected one of {', '.join(families)}")
     available = nano_algorithms(args.family)
@@ -134,7 +131,7 @@ def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm x seed: train on nano with periodic held-out evaluation, then
     `rlhf-recipes evaluate RUN --baseline` into RUN/eval/nano_book.json. Without --seeds: the recipe's own seed in
     <out>/<algorithm> (the layout of reference_runs/nano); with --seeds N: <out>/<algorithm>/seed-<s>, s < N."""
-    from rlhf_recipes.tools.lab.executor import Job
+    from lab.executor import Job
 
     out = []
     for algorithm in args.algorithm_list:
@@ -192,11 +189,11 @@ def summary(algorithm: str, run: Path, wall: float, result: dict[str, Any],
 
 def over_seeds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One algorithm's per-seed rows as one: per held-out metric the mean base, final and gain, the gain's 95%
-    interval over seeds and problems (rlhf_recipes/tools/lab/stats.py gain_over_seeds: every seed is scored on the
+    interval over seeds and problems (lab/stats.py gain_over_seeds: every seed is scored on the
     same problems) and every seed's numbers; "learns" when every gain's interval lies above zero; the curves are the
     means over seeds at the steps every seed logged."""
-    from rlhf_recipes.tools.lab.document import seed_band
-    from rlhf_recipes.tools.lab.stats import gain_over_seeds, seed_interval
+    from rlhf_recipes.tools.document import seed_band
+    from lab.stats import gain_over_seeds, seed_interval
 
     def mean(values):
         return sum(values) / len(values)
@@ -374,7 +371,7 @@ def run_jobs(todo: list, out: Path, workers: int | None, overwrite: bool, title:
              on_finish=lambda outcome: None) -> tuple[int, list]:
     """nano-book's and nano-figures' plan on the lab's executor, the nano base built first."""
     from rlhf_recipes.nano import nano_model_path
-    from rlhf_recipes.tools.lab.executor import run_plan
+    from lab.executor import run_plan
 
     out.mkdir(parents=True, exist_ok=True)
     return run_plan([todo], workers=workers, title=title, overwrite=overwrite, prepare=nano_model_path,

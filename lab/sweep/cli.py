@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 from rlhf_recipes.config import RecipeError, _suggest, read_yaml
-from rlhf_recipes.tools.sweep import spec as sweep_spec
-from rlhf_recipes.tools.sweep import state
-from rlhf_recipes.tools.sweep.spec import SweepSpec
+from lab.sweep import spec as sweep_spec
+from lab.sweep import state
+from lab.sweep.spec import SweepSpec
 from rlhf_recipes.tools.tool_flags import refuse_misspelt_tool_flags
 
 DEFAULT_ROOT = Path("outputs/sweeps")
@@ -102,8 +102,8 @@ def wants_evaluation(spec: SweepSpec, asked: bool | None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = make_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
-    from rlhf_recipes.tools.lab.executor import Job, check_settings, run_plan
-    from rlhf_recipes.tools.sweep import report
+    from lab.executor import Job, check_settings, run_plan
+    from lab.sweep import report
 
     try:
         spec, sweep_dir = read_spec(args, overrides)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         with state.SweepLock(sweep_dir):
             whole = state.merged(spec, sweep_dir, args.overwrite)
             if args.slurm:
-                from rlhf_recipes.tools.sweep.task import write_and_submit
+                from lab.sweep.task import write_and_submit
 
                 for job in [] if args.overwrite else jobs:
                     check_settings(job)

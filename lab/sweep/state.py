@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.run_lock import RunFolderInUse, RunLock
-from rlhf_recipes.tools.lab.document import write_result
-from rlhf_recipes.tools.sweep.spec import SweepSpec
+from rlhf_recipes.tools.document import write_result
+from lab.sweep.spec import SweepSpec
 
 SPEC_FILE = "sweep_spec.json"
 

@@ -1,7 +1,7 @@
 """One job of the executor in one process: the run (the runner's own entry, as `recipes/run.py`), then
 `rlhf-recipes evaluate` on it.
 
-    python -m rlhf_recipes.tools.lab.train_then_evaluate RECIPE [RUN ARGS] --then-evaluate RUN [EVALUATE ARGS]
+    python -m lab.train_then_evaluate RECIPE [RUN ARGS] --then-evaluate RUN [EVALUATE ARGS]
 
 Why one process: an evaluation started in a process of its own imports torch, transformers, datasets and
 reasoning-gym again; measured on this project's 2-core CPU, `rlhf-recipes evaluate` of a nano run took 5.4 CPU-s,

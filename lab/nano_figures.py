@@ -4,10 +4,10 @@
     rlhf-recipes nano-figures --figure instruction_tuning          # the nano base's own SFT build: no new run
     rlhf-recipes nano-figures --figure rejection_sampling --workers 2 --out outputs/nano-figures
 
-Each figure is a family's `book_figure` in the registry (rlhf_recipes/families/base.py, BookFigure): the book's
+Each figure is a family's BookFigure (lab/book_figures.py): the book's
 wandb image it answers, its panels as (the book's metric, the key our runs log in metrics.jsonl), the algorithms
 whose nano runs it overlays, and the held-out proof drawn beside them. The runs are jobs of the lab's executor
-(rlhf_recipes/tools/lab/executor.py): `recipes/<algorithm>.yaml --profile nano --torch_threads 1` (one thread, as
+(lab/executor.py): `recipes/<algorithm>.yaml --profile nano --torch_threads 1` (one thread, as
 the shipped runs) in <out>/<algorithm>, --workers at once; a finished run is reused, an interrupted one resumed,
 unless --overwrite. instruction_tuning trains nothing: it reads the nano SFT base's build
 (rlhf_recipes.nano.nano_model_path(), built once on first use).
@@ -26,8 +26,9 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import METRICS_FILE, has_metrics, read_metrics, read_results
-from rlhf_recipes.tools.lab.document import logs_window, points, pyplot, running_mean, save_figure, write_result
-from rlhf_recipes.tools.nano_book import NANO_RUN, run_jobs
+from rlhf_recipes.tools.document import logs_window, points, pyplot, running_mean, save_figure, write_result
+from lab.book_figures import BOOK_FIGURES, NANO_BOOK
+from lab.nano_book import NANO_RUN, run_jobs
 
 # Axis labels with units of the keys the figures draw (the keys themselves come from the registry).
 UNITS = {"loss": "training loss (nats per token)", "grad_norm": "gradient L2 norm (before clipping)",
@@ -38,16 +39,13 @@ UNITS = {"loss": "training loss (nats per token)", "grad_norm": "gradient L2 nor
 
 def figures() -> dict[str, str]:
     """{figure name: family} of the registry's book figures that nano-book does not draw, in registry order."""
-    from rlhf_recipes.registry import FAMILIES, family_named
+    from rlhf_recipes.registry import FAMILIES
 
-    return {family_named(f).book_figure.name: f for f in FAMILIES
-            if family_named(f).book_figure is not None and not family_named(f).nano_book_heldout}
+    return {BOOK_FIGURES[f].name: f for f in FAMILIES if f in BOOK_FIGURES and f not in NANO_BOOK}
 
 
 def figure_of(name: str):
-    from rlhf_recipes.registry import family_named
-
-    return family_named(figures()[name]).book_figure
+    return BOOK_FIGURES[figures()[name]]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -71,7 +69,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def jobs(args: argparse.Namespace) -> list:
     """One executor job per algorithm of the chosen figures: train on nano into <out>/<algorithm>."""
-    from rlhf_recipes.tools.lab.executor import Job
+    from lab.executor import Job
 
     names = [a for f in args.figure_list for a in figure_of(f).algorithms]
     return [Job(a, args.out / a, (str(recipe_path(a)), *NANO_RUN)) for a in names]

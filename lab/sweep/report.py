@@ -12,10 +12,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from lab import stats
+from lab.book_figures import NANO_BOOK
+from lab.sweep.spec import Run, SweepSpec
 from rlhf_recipes.run_folder import has_config, read_results
-from rlhf_recipes.tools.lab import stats
-from rlhf_recipes.tools.lab.document import render_text, table, write_result
-from rlhf_recipes.tools.sweep.spec import Run, SweepSpec
+from rlhf_recipes.tools.document import render_text, table, write_result
 
 STEM = "sweep"
 
@@ -61,10 +62,9 @@ def key_metric(spec: SweepSpec, records: list[dict[str, Any]], algorithm) -> str
     present = {m for r in records for m in r["metrics"]}
     if spec.metric:  # not logged (yet): the name as given, and the report says so
         return next((name for name in _names(spec.metric) if name in present), spec.metric)
-    from rlhf_recipes.registry import family_of
-
     evaluated = next((r["heldout_order"] for r in records if r.get("heldout_order")), [])
-    for m in (*family_of(algorithm).nano_book_heldout, *evaluated):
+    nano_book = NANO_BOOK.get(algorithm.family)
+    for m in (*(nano_book.heldout if nano_book else ()), *evaluated):
         if f"gain/{m}" in present:
             return f"gain/{m}"
     return next((f"final/{m}" for m in (*algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
@@ -121,8 +121,6 @@ def aggregate(records: list[dict[str, Any]], key: str | None, goal: str = "maxim
 
 
 def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
-    from rlhf_recipes.registry import family_of
-
     records = [run_record(sweep_dir, run) for run in spec.runs()]
     algorithm = spec.recipe_of().algorithm  # resolved once per report (it is rewritten as each run finishes)
     key = key_metric(spec, records, algorithm)
@@ -133,7 +131,8 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
         "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
                   "overrides": spec.overrides, "source": spec.source},
         "key_metric": key, "goal": spec.goal,
-        "training_metric": family_of(algorithm).nano_book_training or next(iter(algorithm.key_metrics), "loss"),
+        "training_metric": (NANO_BOOK[algorithm.family].training if algorithm.family in NANO_BOOK
+                            else next(iter(algorithm.key_metrics), "loss")),
         "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); a gain over the "
                                    "baseline (gain/<m>): over seeds and problems, its `method` beside it; pairs: "
                                    "paired t interval of the difference over the seeds both cells finished",
@@ -192,7 +191,7 @@ def text(report: dict[str, Any]) -> str:
 
 def write(spec: SweepSpec, sweep_dir: Path) -> str:
     """sweep.json, sweep.txt and sweep.png in the sweep's folder; returns sweep.txt's text."""
-    from rlhf_recipes.tools.sweep.plot import plot
+    from lab.sweep.plot import plot
 
     report = build(spec, sweep_dir)
     rendered = text(report)

@@ -42,7 +42,7 @@ from typing import Any
 
 from rlhf_recipes.paths import recipe_path
 from rlhf_recipes.run_folder import has_config, has_metrics, read_results, run_finished
-from rlhf_recipes.tools.lab.document import plain_table, pyplot, save_figure, write_result
+from rlhf_recipes.tools.document import plain_table, pyplot, save_figure, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -138,12 +138,12 @@ def check_same_reference(pipeline: Pipeline, stages: dict[str, list[str]]):
 def train_stages(stages: dict[str, list[str]], folders: dict[str, Path],
                  options: argparse.Namespace) -> dict[str, float]:
     """The pipeline's plan: the reward model, then the policies (PPO / GRPO read it), on the lab's executor one at a
-    time (rlhf_recipes/tools/lab/executor.py), as every multi-run tool: an interrupted stage resumes from its
+    time (lab/executor.py), as every multi-run tool: an interrupted stage resumes from its
     checkpoint, a finished one is kept (one with other settings is refused: --overwrite), logs in <stage>.log.
     Returns each stage's wall seconds (0 for a kept one)."""
     if options.in_process:  # tests: the runner in this process (a stage that did not finish starts over)
         return {name: _train_in_process(name, argv, folders[name], options) for name, argv in stages.items()}
-    from rlhf_recipes.tools.lab.executor import Job, run_plan
+    from lab.executor import Job, run_plan
 
     jobs = {name: Job(name, folders[name], tuple(argv)) for name, argv in stages.items()}  # argv names the folder
     code, outcomes = run_plan([[jobs["rm"]], [job for name, job in jobs.items() if name != "rm"]], workers=1,
@@ -191,8 +191,8 @@ def evaluate_policies(
     from rlhf_recipes.generation import generate
     from rlhf_recipes.generation import prompt_ids as render
     from rlhf_recipes.models import resolve_model_path
-    from rlhf_recipes.tools.lab.kl import kl_best_of_n, sampled_kl
-    from rlhf_recipes.tools.lab.policy import load_policy
+    from lab.kl import kl_best_of_n, sampled_kl
+    from rlhf_recipes.tools.policy import load_policy
 
     rm = reward_model_reward(str(rm_path), batch_size=options.eval_batch_size)
     prompt_ids = render(tokenizer, prompts, chat_template_kwargs)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_recipes.tools.lab.document import pyplot, save_figure, table
-from rlhf_recipes.tools.overoptimization.formulas import gold_best_of_n, gold_rl
+from rlhf_recipes.tools.document import pyplot, save_figure, table
+from lab.overoptimization.formulas import gold_best_of_n, gold_rl
 
 GOLD = "gold score (task's score_answer, 0-1)"
 D = "d = sqrt(KL from the base)  [sqrt(nats)]"

@@ -39,7 +39,7 @@ from rlhf_recipes.run_folder import (
 )
 from rlhf_recipes.run_lock import live_holder
 from rlhf_recipes.run_setup import meaning_changes
-from rlhf_recipes.tools.lab.train_then_evaluate import THEN_EVALUATE, command_header
+from lab.train_then_evaluate import THEN_EVALUATE, command_header
 
 STILL_RUNNING = "still running"
 
@@ -110,7 +110,7 @@ def train_command(job: Job, step: str, launcher: str | None = None, then_evaluat
     extra = {"resume": ["--resume"], "restart": ["--overwrite"], "train": []}[step]
     run = [*job.train, "--output_dir", str(job.folder), *extra]
     if then_evaluate:
-        return [sys.executable, "-m", "rlhf_recipes.tools.lab.train_then_evaluate", *run, THEN_EVALUATE,
+        return [sys.executable, "-m", "lab.train_then_evaluate", *run, THEN_EVALUATE,
                 *evaluate_args(job)]
     # recipes/run.py by absolute path: runs land where the user stands, whatever the launcher's working dir
     return [*start, str(RECIPES_DIR / "run.py"), *run]
@@ -269,7 +269,7 @@ class Executor:
                     pass
 
     def run(self, jobs: list[Job], on_finish: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
-        from rlhf_recipes.tools.lab.progress import Progress
+        from lab.progress import Progress
 
         gpus = visible_gpus()
         slots = list(range(self.workers))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.run_folder import read_metrics
-from rlhf_recipes.tools.lab.document import logs_window, points, pyplot, save_figure, seed_band
+from rlhf_recipes.tools.document import logs_window, points, pyplot, save_figure, seed_band
 
 
 def curves(sweep_dir: Path, records: list[dict[str, Any]], metric: str) -> dict[str, dict[int, list[tuple]]]:

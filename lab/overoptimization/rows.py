@@ -1,6 +1,6 @@
 """The bookkeeping: measurements (measure.py's per-problem, per-sample numbers) -> the rows and fits of
 overoptimization.json. Pure functions of plain data; every mean over held-out problems carries its 95% Student-t
-interval over problems (rlhf_recipes/tools/lab/stats.py).
+interval over problems (lab/stats.py).
 
   best_of_n rows   per proxy (`proxy_name`) and n: KL = log n - (n-1)/n (analytic), d = sqrt(KL), the expected
                    gold and proxy scores of the proxy's pick among n base samples (lab/kl.py's best_of_n_pick, per
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_recipes.tools.lab.kl import best_of_n_pick, kl_best_of_n
-from rlhf_recipes.tools.overoptimization.formulas import fit_best_of_n, fit_rl, pairwise_accuracy
+from lab.kl import best_of_n_pick, kl_best_of_n
+from lab.overoptimization.formulas import fit_best_of_n, fit_rl, pairwise_accuracy
 
 
 def over_problems(values: list[float]) -> dict[str, Any]:
     """Mean over problems with its 95% t interval (None bounds with fewer than 2 problems)."""
-    from rlhf_recipes.tools.lab.stats import seed_interval
+    from lab.stats import seed_interval
 
     s = seed_interval([float(v) for v in values])
     return {"mean": s["mean"], "low": s["low"], "high": s["high"], "problems": s["n"]}
@@ -97,7 +97,7 @@ def turn(base: dict[str, Any], measured: dict[str, Any], rows: list[dict[str, An
     """Does the gold score fall after its highest point? The last step minus the highest-scoring step, paired over
     problems (t interval). The highest point is picked from noisy estimates, so this leans towards a fall: a fall
     counts only when its whole interval is below zero."""
-    from rlhf_recipes.tools.lab.stats import seed_interval
+    from lab.stats import seed_interval
 
     peak = max(rows, key=lambda r: r["gold"])
     last = rows[-1]

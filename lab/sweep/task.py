@@ -1,7 +1,7 @@
 """`--slurm`: one SLURM job array, a task per run, each carrying its run to done through the executor's `run_one`.
 
 The array is plain sbatch (no scheduler of ours, no extra package): `DIR/sweep.sbatch` with `--array=0-(N-1)`;
-task i runs `python -m rlhf_recipes.tools.sweep.task DIR i` (`main` here), which reads job i from
+task i runs `python -m lab.sweep.task DIR i` (`main` here), which reads job i from
 `DIR/sweep_jobs.json`. A task whose run already finished exits at once, an interrupted one resumes, so resubmitting
 the same file is safe.
 """
@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlhf_recipes.run_folder import EXIT_INTERRUPTED, EXIT_STILL_RUNNING
-from rlhf_recipes.tools.lab.document import write_result
-from rlhf_recipes.tools.lab.executor import Job, run_one
+from rlhf_recipes.tools.document import write_result
+from lab.executor import Job, run_one
 
 JOBS_FILE = "sweep_jobs.json"
 SBATCH_FILE = "sweep.sbatch"
@@ -38,7 +38,7 @@ def sbatch_text(sweep_dir: Path, count: int, name: str, options: list[str], work
              "",
              "set -euo pipefail",
              f"cd {shlex.quote(str(workdir))}",
-             (f"exec {shlex.quote(sys.executable)} -m rlhf_recipes.tools.sweep.task "
+             (f"exec {shlex.quote(sys.executable)} -m lab.sweep.task "
               f"{shlex.quote(str(sweep_dir.resolve()))} \"$SLURM_ARRAY_TASK_ID\""), ""]
     return "\n".join(lines)
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     """One array task: run INDEX of DIR's sweep_jobs.json carried to done."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m rlhf_recipes.tools.sweep.task SWEEP_DIR TASK_INDEX", file=sys.stderr)
+        print("usage: python -m lab.sweep.task SWEEP_DIR TASK_INDEX", file=sys.stderr)
         return 2
     data = json.loads((Path(argv[0]) / JOBS_FILE).read_text())
     job = Job.from_json(data["jobs"][int(argv[1])])

@@ -88,7 +88,7 @@ def phases(profile: Profile, out: Path, workers: int) -> tuple[list, list]:
     """(first, second): the proxies must finish before the RL runs that read them start. The direct-alignment runs
     need no proxy; enough of them go with the RL runs to keep every worker busy there, the rest with the proxies."""
     from rlhf_recipes.paths import recipe_path
-    from rlhf_recipes.tools.lab.executor import Job
+    from lab.executor import Job
 
     def run(algorithm: str, *overrides: str) -> tuple[str, ...]:
         return (str(recipe_path(algorithm)), "--profile", profile.name, *overrides)

@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.tools.overoptimization.plan import (
+from lab.overoptimization.plan import (
     PROFILES, Profile, Proxy, direct_folder, direct_name, phases, proxy_folder, rl_folder,
 )
 
@@ -69,7 +69,7 @@ def _worker(threads: int) -> None:
 def train(profile: Profile, out: Path, workers: int) -> tuple[int, list]:
     """Both phases on the lab's executor, the base built first: (exit code, the outcomes)."""
     from rlhf_recipes.models import resolve_model_path
-    from rlhf_recipes.tools.lab.executor import run_plan
+    from lab.executor import run_plan
 
     walls_file = out / "walls.json"
     walls = json.loads(walls_file.read_text()) if walls_file.exists() else {}
@@ -98,7 +98,7 @@ def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[
     """(the base's samples, {run folder: its measurement}), W measurements at a time in their own processes."""
     import multiprocessing
 
-    from rlhf_recipes.tools.overoptimization.measure import measure_base, measure_run
+    from lab.overoptimization.measure import measure_base, measure_run
 
     proxies = {p.name: str(proxy_folder(out, p)) for p in profile.proxies if proxy_folder(out, p) in finished}
     common = {"profile": profile.name, "base": base, "problems": profile.problems, "seed": profile.seed}
@@ -114,7 +114,7 @@ def measure(profile: Profile, out: Path, base: str, workers: int, finished: set[
 
 
 def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict], wall_s: float) -> dict[str, Any]:
-    from rlhf_recipes.tools.overoptimization.rows import best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn
+    from lab.overoptimization.rows import best_of_n_rows, fits, proxy_accuracy, trajectory_rows, turn
 
     walls = json.loads((out / "walls.json").read_text()) if (out / "walls.json").exists() else {}
     proxies = [p for p in profile.proxies if p.name in base["proxy"]]
@@ -149,9 +149,9 @@ def document(profile: Profile, out: Path, base: dict, measured: dict[Path, dict]
 def main(argv: list[str] | None = None) -> int:
     from rlhf_recipes.models import resolve_model_path
     from rlhf_recipes.run_folder import run_finished
-    from rlhf_recipes.tools.lab.document import render_text, write_result, wrote
-    from rlhf_recipes.tools.lab.executor import default_workers
-    from rlhf_recipes.tools.overoptimization.report import plot, tables
+    from rlhf_recipes.tools.document import render_text, write_result, wrote
+    from lab.executor import default_workers
+    from lab.overoptimization.report import plot, tables
 
     args = parse(sys.argv[1:] if argv is None else argv)
     begin = time.perf_counter()
