@@ -26,6 +26,7 @@ freedom are stretched over the whole variance), the seed interval alone 82% wher
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,23 +40,35 @@ def t_multiplier(n: int, confidence: float = CONFIDENCE) -> float:
     return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
 
 
-def seed_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """Mean, sample std (ddof 1) and the t interval of the mean over seeds; one seed: no spread, no interval."""
+def _t_interval(values: list[float], t_test, confidence: float) -> dict[str, Any]:
+    """Mean, sample std (ddof 1) and the t interval of the mean (t_test(): scipy's test of these values); fewer
+    than two values: no spread, no interval."""
     n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "std": None, "low": None, "high": None}
-    mean = sum(values) / n
-    if n == 1:
-        return {"n": 1, "mean": mean, "std": None, "low": None, "high": None}
+    mean = sum(values) / n if n else None
+    if n < 2:
+        return {"n": n, "mean": mean, "std": None, "low": None, "high": None}
+    with warnings.catch_warnings():  # seeds that agree (to the last bits) warn of precision loss: the interval is
+        warnings.simplefilter("ignore", RuntimeWarning)  # then the point, as it should be
+        ci = t_test().confidence_interval(confidence)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_multiplier(n, confidence) * std / math.sqrt(n)
-    return {"n": n, "mean": mean, "std": std, "low": mean - half, "high": mean + half}
+    return {"n": n, "mean": mean, "std": std, "low": float(ci.low), "high": float(ci.high)}
+
+
+def seed_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Mean, sample std and the t interval of the mean over seeds (scipy's ttest_1samp)."""
+    from scipy import stats
+
+    return _t_interval(values, lambda: stats.ttest_1samp(values, 0.0), confidence)
 
 
 def paired_difference(a: dict[int, float], b: dict[int, float], confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """a - b over the seeds both cells ran: mean difference, its t interval, and whether it excludes zero."""
+    """a - b over the seeds both cells ran: mean difference, its t interval (scipy's ttest_rel), and whether it
+    excludes zero."""
+    from scipy import stats
+
     seeds = sorted(set(a) & set(b))
-    summary = seed_interval([a[s] - b[s] for s in seeds], confidence)
+    after, before = [a[s] for s in seeds], [b[s] for s in seeds]
+    summary = _t_interval([x - y for x, y in zip(after, before)], lambda: stats.ttest_rel(after, before), confidence)
     low, high = summary["low"], summary["high"]
     return {"seeds": seeds, "difference": summary["mean"], "std": summary["std"], "low": low, "high": high,
             "excludes_zero": bool(low is not None and (low > 0 or high < 0)),

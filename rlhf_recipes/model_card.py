@@ -1,4 +1,4 @@
-"""A run's model card: the hub's metadata (huggingface_hub's ModelCardData) and a short body.
+"""A run's model card: a huggingface_hub ModelCard, the hub's metadata (ModelCardData) over a short body.
 
 Written into the run folder as README.md at every checkpoint and at the end, in place of TRL's draft (TRL writes
 one before each checkpoint; for a model loaded from a local folder its first line reads "a fine-tuned version of
@@ -35,14 +35,21 @@ def card_metadata(config: dict[str, Any], algorithm: str, *, adapter: bool = Fal
                          pipeline_tag=pipeline_tag)
 
 
+def model_card(data, body: list[str]):
+    """A huggingface_hub ModelCard of `data` (its front matter, checked as the hub reads it) over the body's lines."""
+    from huggingface_hub import ModelCard
+
+    return ModelCard("\n".join(["---", data.to_yaml(), "---", *body]))
+
+
 def run_card(config: dict[str, Any], algorithm: str, folder: Path, state: str) -> str:
     """The run folder's README.md: metadata, where the model comes from, and how to export it."""
     data = card_metadata(config, algorithm, adapter=bool(config.get("use_peft")))
     model = config.get("model_name_or_path")
     base = f"[{data.base_model}](https://huggingface.co/{data.base_model})" if data.base_model else f"`{model}`"
     on = f" on [{data.datasets[0]}](https://huggingface.co/datasets/{data.datasets[0]})" if data.datasets else ""
-    return "\n".join([
-        "---", data.to_yaml(), "---", "", f"# {folder.name}", "",
+    return str(model_card(data, [
+        "", f"# {folder.name}", "",
         f"{base} trained with rlhf-recipes' `{algorithm}` recipe{on} ({state}).", "",
         f"`rlhf-recipes export {folder} OUT` writes a standalone model folder with the full card (key settings, "
-        "final metrics, evaluations, the recipe); `config.yaml` beside this file re-runs the run.", ""])
+        "final metrics, evaluations, the recipe); `config.yaml` beside this file re-runs the run.", ""]))

@@ -253,6 +253,28 @@ def test_wilson_covers_a_known_rate_near_nominal():
         assert 0.92 <= hits / 2000 <= 0.98, (rate, n, hits / 2000)
 
 
+def test_intervals_keep_the_numbers_of_the_hand_written_formulas():
+    """Pinned from the hand-written Wilson formula and numpy percentile bootstrap that scipy replaced: the same
+    math (Wilson) and the same draws (scipy's bootstrap takes rng.integers(0, n, (draws, n)) from the seeded
+    generator, as the old code did), so the shipped intervals did not move."""
+    assert intervals.wilson(3, 10) == pytest.approx((0.10779126740630102, 0.6032218525388546), abs=1e-12)
+    assert intervals.wilson(0, 10) == pytest.approx((0.0, 0.27753279986288915), abs=1e-12)
+    assert intervals.wilson(10, 10) == pytest.approx((0.7224672001371109, 1.0), abs=1e-12)
+    assert intervals.wilson(123, 200, 0.9) == pytest.approx((0.557227811707593, 0.6697023413418087), abs=1e-12)
+    v, w = [0.1, 0.9, 0.4, 0.7, 0.3, 0.0, 1.0, 0.55], [3, 1, 4, 1, 5, 9, 2, 6]
+    after = [x + 0.1 * (i % 3) for i, x in enumerate(v)]
+    assert intervals.bootstrap(v, 0) == pytest.approx((0.26859375000000024, 0.7312500000000001), abs=1e-12)
+    assert intervals.bootstrap(v, 3, w, np.exp) == pytest.approx((1.1544104070924566, 1.8322848258482507), abs=1e-12)
+    assert intervals.paired_bootstrap(after, v, 0) == pytest.approx(
+        (0.08750000000000002, 0.03749999999999998, 0.13750000000000007), abs=1e-12)
+    assert intervals.paired_bootstrap(after, v, 5, w, w[::-1], np.exp, 0.9, 500) == pytest.approx(
+        (0.0816863740103555, -0.08132758600748814, 0.2677990124630046), abs=1e-12)
+    assert intervals.bootstrap([0.3], 0) == (0.3, 0.3) and math.isnan(intervals.bootstrap([], 0)[0])
+    assert intervals.paired_bootstrap([0.5], [0.3], 0) == pytest.approx((0.2, 0.2, 0.2))
+    with pytest.raises(TypeError):  # a count, not a mean: a fractional "success" is a caller's bug
+        intervals.wilson(2.5, 10)
+
+
 def test_bootstrap_covers_a_known_mean_near_nominal():
     """A scorer with a known mean (partial scores ~ Beta(2, 3): mean 0.4), problems drawn afresh each time."""
     rng = np.random.default_rng(1)

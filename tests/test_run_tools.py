@@ -367,11 +367,23 @@ def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp
 
 
 def test_a_reward_models_export_loads_as_its_token_classifier(runs, tmp_path):
+    """With an evaluation whose fixed numbers have no interval (null low/high, as the shipped ORM's top-1 accuracy):
+    the card once failed on them, after the model was written."""
+    import shutil
+
     import torch
     from transformers import AutoModelForTokenClassification
 
+    orm = tmp_path / "orm"
+    shutil.copytree(runs / "orm", orm)
+    (orm / "eval").mkdir(exist_ok=True)
+    (orm / "eval" / "heldout.json").write_text(json.dumps({
+        "name": "heldout", "metrics": {"top1_accuracy": 0.19}, "baseline": {"top1_accuracy": 0.11},
+        "difference": {"top1_accuracy": {"value": 0.08, "low": None, "high": None, "method": "none"}}}))
     out = tmp_path / "exported"
-    assert _export(str(runs / "orm"), str(out)).returncode == 0
+    result = _export(str(orm), str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| heldout | top1_accuracy | 0.19 | 0.11 | +0.08 |" in (out / "README.md").read_text()
     exported = AutoModelForTokenClassification.from_pretrained(out)
     trained = AutoModelForTokenClassification.from_pretrained(runs / "orm")
     assert exported.config.reward_model["kind"] == "outcome"  # how it reads its input travels with it

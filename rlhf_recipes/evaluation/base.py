@@ -51,7 +51,7 @@ def summarize(scores: Scores, seed: int) -> tuple[dict[str, float], dict[str, di
         w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
         metrics[name] = float(intervals.weighted_mean(v, w)) if v.size else math.nan
         if name in scores.rates:
-            low, high = intervals.wilson(float(v.sum()), int(v.size))
+            low, high = intervals.wilson(int(v.sum()), int(v.size))
             bounds[name] = {"low": low, "high": high, "method": "wilson"}
         else:
             low, high = intervals.bootstrap(v, seed, weights)

@@ -1,4 +1,4 @@
-"""Confidence intervals over problems, as pure functions (numpy only, seeded: the same call gives the same numbers).
+"""Confidence intervals over problems (scipy.stats; seeded: the same call gives the same numbers).
 
   wilson             a rate over problems (each problem 0 or 1): the Wilson score interval, which keeps its
                      coverage near nominal for small n and rates near 0 or 1, where the normal interval does not;
@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -21,23 +20,36 @@ CONFIDENCE = 0.95
 BOOTSTRAP_DRAWS = 2000
 
 
-def weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    return (values * weights).sum(axis=-1) / np.maximum(weights.sum(axis=-1), 1e-12)
+def weighted_mean(values: np.ndarray, weights: np.ndarray, axis: int = -1) -> np.ndarray:
+    return (values * weights).sum(axis=axis) / np.maximum(weights.sum(axis=axis), 1e-12)
 
 
-def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval for a binomial rate; (nan, nan) without trials."""
+def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval for a binomial rate (successes: an integer count); (nan, nan) without trials."""
+    from scipy import stats
+
     if n <= 0:
         return math.nan, math.nan
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = successes / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, center - half), min(1.0, center + half)
+    ci = stats.binomtest(successes, n).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
-def _draws(n: int, seed: int, draws: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n, size=(draws, n))
+def _percentile_bootstrap(samples: list[np.ndarray], statistic: Callable, seed: int, confidence: float,
+                          draws: int) -> tuple[float, float]:
+    """scipy's percentile bootstrap, the samples resampled together (one draw of problems for all of them)."""
+    from scipy import stats
+
+    if samples[0].size < 2:  # scipy refuses one problem; every draw of it is that problem
+        point = float(statistic(*samples, axis=-1))
+        return point, point
+    ci = stats.bootstrap(samples, statistic, n_resamples=draws, paired=True, vectorized=True,
+                         method="percentile", confidence_level=confidence, rng=np.random.default_rng(seed),
+                         ).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def _weights(values: np.ndarray, weights: Sequence[float] | None) -> np.ndarray:
+    return np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
 
 
 def bootstrap(values: Sequence[float], seed: int, weights: Sequence[float] | None = None,
@@ -47,13 +59,9 @@ def bootstrap(values: Sequence[float], seed: int, weights: Sequence[float] | Non
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return math.nan, math.nan
-    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
-    idx = _draws(v.size, seed, draws)
-    stats = weighted_mean(v[idx], w[idx])
-    if transform is not None:
-        stats = transform(stats)
-    alpha = (1 - confidence) / 2
-    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+    f = transform or (lambda x: x)
+    return _percentile_bootstrap([v, _weights(v, weights)], lambda v, w, axis: f(weighted_mean(v, w, axis)),
+                                 seed, confidence, draws)
 
 
 def paired_bootstrap(after: Sequence[float], before: Sequence[float], seed: int,
@@ -66,14 +74,13 @@ def paired_bootstrap(after: Sequence[float], before: Sequence[float], seed: int,
         raise ValueError(f"paired bootstrap needs the same problems: {a.size} vs {b.size} values")
     if a.size == 0:
         return math.nan, math.nan, math.nan
-    wa = np.ones_like(a) if after_weights is None else np.asarray(after_weights, dtype=float)
-    wb = np.ones_like(b) if before_weights is None else np.asarray(before_weights, dtype=float)
     f = transform or (lambda x: x)
-    point = float(f(weighted_mean(a, wa)) - f(weighted_mean(b, wb)))
-    idx = _draws(a.size, seed, draws)
-    stats = f(weighted_mean(a[idx], wa[idx])) - f(weighted_mean(b[idx], wb[idx]))
-    alpha = (1 - confidence) / 2
-    return point, float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+
+    def gain(a, wa, b, wb, axis=-1):
+        return f(weighted_mean(a, wa, axis)) - f(weighted_mean(b, wb, axis))
+
+    samples = [a, _weights(a, after_weights), b, _weights(b, before_weights)]
+    return (float(gain(*samples)), *_percentile_bootstrap(samples, gain, seed, confidence, draws))
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:

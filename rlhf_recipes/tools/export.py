@@ -67,12 +67,13 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
                     "AutoModelForCausalLM")
         else:
             form = "causal LM, load with AutoModelForCausalLM"
+    summary = {"source": str(trained.folder), "form": form, "merged_lora": bool(merge_lora and trained.is_adapter),
+               "adapter": trained.is_adapter and not merge_lora and not trained.reward_model}
+    card = model_card(trained, summary)  # before anything is written: a card that fails leaves no half-written OUT
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    summary = {"source": str(trained.folder), "form": form, "merged_lora": bool(merge_lora and trained.is_adapter),
-               "adapter": trained.is_adapter and not merge_lora and not trained.reward_model}
-    (out / "README.md").write_text(model_card(trained, summary))
+    card.save(out / "README.md")
     return summary
 
 
@@ -80,8 +81,9 @@ def export(trained: TrainedModel, out: Path, merge_lora: bool = False) -> dict[s
 # The model card
 
 
-def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
-    from rlhf_recipes.model_card import card_metadata
+def model_card(trained: TrainedModel, summary: dict[str, Any]):
+    """The exported folder's README.md: a huggingface_hub ModelCard (rlhf_recipes/model_card.py)."""
+    from rlhf_recipes import model_card as card
     from rlhf_recipes.registry import ALGORITHMS
 
     run, recipe = trained.run, trained.recipe
@@ -89,9 +91,8 @@ def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
     config = run.config
     pipeline = ("token-classification" if "TokenClassification" in summary["form"] else "text-classification"
                 if "SequenceClassification" in summary["form"] else "text-generation")
-    data = card_metadata(config, algorithm.name, adapter=summary["adapter"], pipeline_tag=pipeline)
-    lines = ["---", data.to_yaml(), "---"]
-    lines += [
+    data = card.card_metadata(config, algorithm.name, adapter=summary["adapter"], pipeline_tag=pipeline)
+    lines = [
         f"# {run.path.name}: {algorithm.name}", "",
         f"Trained with rlhf-recipes' `{algorithm.name}` recipe: {algorithm.paper}; chapter {algorithm.chapter} of "
         "the RLHF book (https://rlhfbook.com).", "",
@@ -115,15 +116,16 @@ def model_card(trained: TrainedModel, summary: dict[str, Any]) -> str:
         for ev in run.evaluations:
             for metric, value in ev["metrics"].items():
                 baseline = (ev.get("baseline") or {}).get(metric) if isinstance(ev.get("baseline"), dict) else None
-                diff = (ev.get("difference") or {}).get(metric) or {}
-                interval = (f"{diff['value']:+.4g} [{diff.get('low', float('nan')):+.4g}, "
-                            f"{diff.get('high', float('nan')):+.4g}]" if isinstance(diff, dict) and "value" in diff
-                            else "-")
+                diff = (ev.get("difference") or {}).get(metric)
+                diff = diff if isinstance(diff, dict) and isinstance(diff.get("value"), (int, float)) else {}
+                bounds = [diff.get(k) for k in ("low", "high")]
+                interval = "-" if not diff else f"{diff['value']:+.4g}" + (  # a fixed number has no interval (null)
+                    " [{:+.4g}, {:+.4g}]".format(*bounds) if all(isinstance(b, (int, float)) for b in bounds) else "")
                 lines.append(f"| {ev['name']} | {metric} | {number(value)} | {number(baseline)} | {interval} |")
     recipe_text = (run.path / CONFIG_FILE).read_text()
     lines += ["", "## Recipe", "", "The run's resolved recipe (its `config.yaml`); `python recipes/run.py config.yaml` "
               "re-runs it in an rlhf-recipes checkout.", "", "```yaml", recipe_text.rstrip(), "```", ""]
-    return "\n".join(lines)
+    return card.model_card(data, lines)
 
 
 def main(argv: list[str] | None = None) -> int:
