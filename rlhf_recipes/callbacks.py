@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import signal
 from pathlib import Path
 
@@ -161,6 +162,9 @@ class RunCardCallback(TrainerCallback):
             self.write_card(f"saved up to checkpoint-{state.global_step}")
 
 
+_OTHER_RANKS = re.compile(r"^(rng_state|pending_rollouts)[-_]0*[1-9]\d*\.pth?$")
+
+
 class RunRecord(TrainerCallback, ExportableState):
     """What a checkpoint records of the run, inside its own trainer_state.json (transformers asks an ExportableState
     callback for its `state()` just before it writes that file, the save's last): the settings the run used to reach
@@ -179,8 +183,10 @@ class RunRecord(TrainerCallback, ExportableState):
         files = None
         if self._folder is not None:
             folder = self._folder / f"checkpoint-{self._state.global_step}"
+            # Not trainer_state.json (being written; a re-save's old one), nor another rank's own file (its RNG
+            # state, its pending rollouts: that rank may still be writing it, no barrier comes before this)
             files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
-                     if p.is_file() and p.name != TRAINER_STATE}  # that one is being written (a re-save: its old one)
+                     if p.is_file() and p.name != TRAINER_STATE and not _OTHER_RANKS.match(p.name)}
         return {"args": {**self.settings, "files": files}, "attributes": {}}
 
 
