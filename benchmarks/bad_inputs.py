@@ -62,25 +62,32 @@ def _tool(group: str, name: str, command: str, *argv: str) -> Case:
 
 
 def _damaged_checkpoints(repo: Path, scratch: Path) -> None:
-    """{s}/damaged: checkpoints 2 and 4 whose manifests match their files' sizes, each with one byte flipped since."""
-    from rlhf_recipes.checkpoints import write_manifest
+    """{s}/damaged: checkpoints 2 and 4 that transformers finished (trainer_state.json), each with its weights'
+    header overwritten since (the same size)."""
+    import numpy as np
+    from safetensors.numpy import save_file
 
     for step in (2, 4):
         folder = scratch / "damaged" / f"checkpoint-{step}"
         folder.mkdir(parents=True)
-        (folder / "model.safetensors").write_bytes(bytes(range(256)) * 64)
-        write_manifest(folder, step)
+        save_file({"w": np.zeros(64, dtype=np.float32)}, folder / "model.safetensors")
         data = bytearray((folder / "model.safetensors").read_bytes())
-        data[100] ^= 0xFF
+        data[:8] = b"\xff" * 8
         (folder / "model.safetensors").write_bytes(bytes(data))
+        (folder / "trainer_state.json").write_text("{}")
 
 
 def _edited_config(repo: Path, scratch: Path) -> None:
     """{s}/edited: a tiny DPO run folder with a checkpoint saved at beta 0.1, then config.yaml edited to 0.5."""
-    from rlhf_recipes.checkpoints import write_manifest
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from rlhf_recipes.checkpoints import RECORD
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.run_folder import write_config
-    from rlhf_recipes.run_setup import RunFolder, manifest_settings
+    from rlhf_recipes.run_setup import RunFolder, record_settings
 
     out = scratch / "edited"
     recipe = load_recipe([str(repo / "recipes" / "dpo.yaml"), "--profile", "tiny", "--output_dir", str(out)],
@@ -88,8 +95,9 @@ def _edited_config(repo: Path, scratch: Path) -> None:
     write_config(recipe, out)
     checkpoint = out / "checkpoint-2"
     checkpoint.mkdir()
-    (checkpoint / "trainer_state.json").write_text("{}")
-    write_manifest(checkpoint, 2, manifest_settings(RunFolder(out, resolved=dict(recipe.resolved))))
+    save_file({"w": np.zeros(64, dtype=np.float32)}, checkpoint / "model.safetensors")
+    record = record_settings(RunFolder(out, resolved=dict(recipe.resolved)))
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"stateful_callbacks": {RECORD: {"args": record}}}))
     config = out / "config.yaml"
     config.write_text(config.read_text().replace("\nbeta: 0.1\n", "\nbeta: 0.5\n"))
 
@@ -187,7 +195,7 @@ CASES: tuple[Case, ...] = (
     Case("runs", "--resume at a folder that is no checkpoint", _tiny("dpo.yaml", "--resume", "{s}")),
     Case("runs", "second process starting into a running folder (--resume)", ("{s}/busy/config.yaml", "--resume"),
          hold="{s}/busy", timeout=120),
-    Case("runs", "--resume, every checkpoint damaged in place (same size, a byte flipped)",
+    Case("runs", "--resume, every checkpoint damaged in place (same size, its header overwritten)",
          _tiny("dpo.yaml", "--output_dir", "{s}/damaged", "--resume"), setup=_damaged_checkpoints),
     Case("runs", "--resume after config.yaml was edited by hand", ("{s}/edited/config.yaml", "--resume"),
          setup=_edited_config, timeout=120),
@@ -307,7 +315,7 @@ def start_holder(repo: Path, folder: Path, env: dict, timeout: float = 300) -> s
                                "--save_strategy", "steps", "--save_steps", "2"], cwd=folder.parent, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    while not any(folder.glob("checkpoint-*/checkpoint_manifest.json")):
+    while not any(folder.glob("checkpoint-*/trainer_state.json")):
         if holder.poll() is not None or time.monotonic() > deadline:
             holder.kill()
             raise RuntimeError(f"the run meant to hold {folder} ended or stalled before its first checkpoint")

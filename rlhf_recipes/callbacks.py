@@ -2,7 +2,7 @@
 
 They are the difference between a run you can trust and one you have to babysit: metrics
 land in metrics.jsonl as they arrive, Ctrl-C or SIGTERM ends the run at the next optimizer
-step with a checkpoint, a checkpoint counts only once its manifest is written (checkpoints.py),
+step with a checkpoint, each checkpoint records the run's settings and its files (checkpoints.py),
 and a loss that goes non-finite or explodes, or gradients that vanish while the loss moves,
 are reported the step they happen.
 """
@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import signal
 from pathlib import Path
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
-from rlhf_recipes.checkpoints import write_manifest
+from rlhf_recipes.checkpoints import RECORD, TRAINER_STATE
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import read_metrics
 
@@ -25,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 class StartedCallback(TrainerCallback):
-    """Calls `on_started` once training begins (the run's folder then stops being provisional)."""
+    """Calls `on_started` once training begins (final_results.json's `train_seconds` count from there)."""
 
     def __init__(self, on_started):
         self.on_started = on_started
@@ -160,22 +162,32 @@ class RunCardCallback(TrainerCallback):
             self.write_card(f"saved up to checkpoint-{state.global_step}")
 
 
-class CheckpointManifestCallback(TrainerCallback):
-    """Writes the checkpoint's manifest once every process has written its part (on_save runs after): every
-    file's size and checksum, and `extra` (the settings the run used to get there, run_setup.py)."""
+_OTHER_RANKS = re.compile(r"^(rng_state|pending_rollouts)[-_]0*[1-9]\d*\.pth?$")
 
-    def __init__(self, extra: dict | None = None):
-        self.extra = extra or {}
 
-    def on_save(self, args, state, control, **kwargs):
-        import torch.distributed as dist
+class RunRecord(TrainerCallback, ExportableState):
+    """What a checkpoint records of the run, inside its own trainer_state.json (transformers asks an ExportableState
+    callback for its `state()` just before it writes that file, the save's last): the settings the run used to reach
+    it (run_setup.py compares them on resume) and the size of every file the save has written (checkpoints.py)."""
 
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()  # other ranks may still be writing their shards or RNG states
-        if state.is_world_process_zero:
-            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if folder.is_dir():
-                write_manifest(folder, state.global_step, self.extra)
+    def __init__(self, settings: dict):
+        self.settings = settings  # {"settings", "settings_changes"}: run_setup.record_settings
+        self._folder = self._state = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A checkpoint from before this record resumes too: the Trainer updates only the records its state holds.
+        state.stateful_callbacks.setdefault(RECORD, self.state())
+        self._folder, self._state = Path(args.output_dir), state
+
+    def state(self) -> dict:
+        files = None
+        if self._folder is not None:
+            folder = self._folder / f"checkpoint-{self._state.global_step}"
+            # Not trainer_state.json (being written; a re-save's old one), nor another rank's own file (its RNG
+            # state, its pending rollouts: that rank may still be writing it, no barrier comes before this)
+            files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+                     if p.is_file() and p.name != TRAINER_STATE and not _OTHER_RANKS.match(p.name)}
+        return {"args": {**self.settings, "files": files}, "attributes": {}}
 
 
 class HealthCallback(TrainerCallback):

@@ -3,8 +3,10 @@
 Left out of a run's process that does not use them (`leave_out_unused`), though installed: bitsandbytes (QLoRA,
 `evaluate --quantize`), which peft imports whenever it is installed and which imports torch's compiler stack
 (torch._inductor) as it loads, and wandb, which TRL imports whenever it is installed. Measured on this project's
-2-core CPU, a tiny GRPO run from `python recipes/run.py`: 8.2 CPU-s with both, 7.2 without bitsandbytes, 6.8
-without either: ~1.4 s off the start of every run of one process (a launch's processes keep both: below).
+shared 2-core CPU, a tiny GRPO run from `python recipes/run.py recipes/grpo.yaml --profile tiny`, three times each
+way (user + sys CPU seconds, /usr/bin/time): 12.9 / 11.7 / 11.2 with both left out, 15.0 / 13.7 / 15.6 with both
+loaded (this function made a no-op): ~2.8 CPU-s off the start of every run of one process (a launch's processes
+keep both: below).
 
 Silenced lines, each a known, harmless message, with why it is harmless:
 - bitsandbytes on a CPU machine: its optional `kernels` package is missing (only 4-bit CPU matmuls use it);

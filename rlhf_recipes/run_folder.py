@@ -1,25 +1,20 @@
 """The run folder, the one contract between the runner and every tool: its file names, its writers and its reader.
 
-A run folder is what `recipes/run.py` writes: config.yaml (the resolved recipe, written first, and
-rewritten by every start, a --resume included), metrics.jsonl, checkpoint-<step>/ folders (complete once
-their manifest is written, checkpoints.py), the trained model, final_results.json (written last, with
-`status`: finished / interrupted / stopped / failed), curves.png and, when an evaluation has run,
-eval/<name>.json. Nothing else spells these names.
+A run folder is what `recipes/run.py` writes: config.yaml (the resolved recipe, written first, and rewritten by
+every start, a --resume included), final_results.json (`status: running` from the start, with `starts`, and
+finished / interrupted / stopped / failed with the results at the end), metrics.jsonl, checkpoint-<step>/ folders
+(complete once transformers has written them whole, checkpoints.py), the trained model, console.log, curves.png
+and, when an evaluation has run, eval/<name>.json. Nothing else spells these names.
 
-"Being written": a run whose latest start (config.yaml's time) has no final_results.json written after
-it. The runner writes final_results.json however training ends (an exception included), so such a
-folder is a run in progress, or one whose process was killed outright (SIGKILL, out of memory, a lost
-machine). The folder's lock (run_lock.py) tells them apart where it can: `.run.lock.json` names the process
-that holds it, or held it and was killed; on this host whether that process still runs is known. Where it cannot
-be told (another host, a run by an older version) a run that wrote in the last 15 minutes is shown as running.
-Tools that delete anything leave both alone. Nothing here imports torch.
+A run whose final_results.json still says `running` is alive while its folder's lock is held (run_lock.py); with
+the lock free, its process was killed outright (SIGKILL, out of memory, a lost machine). Tools that delete
+anything leave both alone. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +24,7 @@ import yaml
 
 from rlhf_recipes.checkpoints import checkpoint_step, incomplete_reason, is_checkpoint_dir
 from rlhf_recipes.disk import atomic_write_text
-from rlhf_recipes.run_lock import Holder
+from rlhf_recipes.run_lock import Holder, live_holder
 
 CONFIG_FILE = "config.yaml"  # the resolved recipe, re-runnable as it is
 METRICS_FILE = "metrics.jsonl"  # one row per log event
@@ -38,7 +33,6 @@ CURVES_FILE = "curves.png"
 EVAL_SUBDIR = "eval"  # RUN_DIR/eval/<name>.json: one evaluation's results
 EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
 EXIT_STILL_RUNNING = 75  # EX_TEMPFAIL: a run is held by a live process elsewhere; try again when it ends
-RECENT_SECONDS = 15 * 60  # a run without a result that wrote this recently is shown as running
 NOT_RESULTS = {"learning_rate", "epoch"}  # logged each step, but not what a run reached
 _STATUS_WORDS = {"interrupted": "interrupted", "stopped": "stopped by a health check", "failed": "failed"}
 
@@ -75,7 +69,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
         "steps": trainer.state.global_step,
         "status": status,
         "interrupted": status == "interrupted",
-        "wall_seconds": round(wall_seconds, 2),
+        "wall_seconds": round(wall_seconds, 2),  # training's, every start's together (`starts` has each)
         "torch_threads": torch.get_num_threads(),  # the CPU threads it ran with (they change a CPU run's last bits)
         "final_metrics": last_values(read_metrics(output_dir)),
         # rows read, dropped (by reason; the first rows that did not fit, named) and trained on (data/sources.py);
@@ -85,6 +79,14 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
     }
     # Atomic: a full disk leaves the previous file (or none), never a 0-byte one that reads as "being written".
     return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(results, indent=2, default=str) + "\n")
+
+
+def write_running(recipe, output_dir: Path, starts: list[dict[str, Any]]) -> Path:
+    """final_results.json while a start runs: `running`, and every start so far (when, from which checkpoint, its
+    seconds: this one's as of its last checkpoint)."""
+    doc = {"algorithm": recipe.algorithm.name, "status": "running", "starts": starts,
+           "wall_seconds": round(sum(s.get("train_seconds") or 0 for s in starts), 2)}
+    return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(doc, indent=2, default=str) + "\n")
 
 
 # --- Reading ---------------------------------------------------------------------------------
@@ -127,9 +129,10 @@ def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def read_results(output_dir: Path) -> dict[str, Any] | None:
-    """final_results.json as written (any start's), or None where there is none."""
+    """final_results.json of a run that has ended (however), or None where there is none or it says `running`."""
     path = Path(output_dir) / FINAL_RESULTS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    results = json.loads(path.read_text()) if path.is_file() else None
+    return None if results is None or results.get("status") == "running" else results
 
 
 def run_finished(output_dir: Path) -> bool:
@@ -155,7 +158,7 @@ class RunFolderError(ValueError):
 class Checkpoint:
     path: Path
     step: int
-    incomplete: str | None  # None: complete (its manifest matches its files), else why not
+    incomplete: str | None  # None: complete (checkpoints.incomplete_reason), else why not
     bytes: int
 
     @property
@@ -219,16 +222,20 @@ class SavedRun:
         return self.config.get("profile")
 
     @cached_property
-    def results(self) -> dict[str, Any] | None:
-        """final_results.json, or None where the latest start has written none yet (see `being_written`)."""
-        path = self.path / FINAL_RESULTS_FILE
-        # Not newer than config.yaml: from an earlier start (a --resume rewrites config.yaml), or too close to tell.
-        if not path.is_file() or path.stat().st_mtime_ns <= (self.path / CONFIG_FILE).stat().st_mtime_ns:
-            return None
+    def raw_results(self) -> dict[str, Any] | None:
+        """final_results.json as it is (`running` included), or None where there is none."""
         try:
-            return json.loads(path.read_text())
-        except ValueError:  # being written this very moment
+            return json.loads((self.path / FINAL_RESULTS_FILE).read_text())
+        except FileNotFoundError:
             return None
+        except ValueError:  # a run by a version that wrote it in place, caught mid-write
+            return None
+
+    @property
+    def results(self) -> dict[str, Any] | None:
+        """final_results.json of a run that has ended, or None while it says `running` (see `being_written`)."""
+        raw = self.raw_results
+        return None if raw is None or raw.get("status") == "running" else raw
 
     @property
     def being_written(self) -> bool:
@@ -247,32 +254,23 @@ class SavedRun:
     def steps(self) -> int | None:
         return self.results.get("steps") if self.results else self.last_logged_step
 
-    def last_write(self) -> float:
-        """The newest modification time of the run's own files and checkpoint folders."""
-        paths = [self.path / n for n in (CONFIG_FILE, METRICS_FILE, FINAL_RESULTS_FILE)]
-        paths += [c.path for c in self.checkpoints]
-        return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
-
     @cached_property
     def holder(self) -> Holder | None:
-        """The process holding the folder's lock, or the last one to, if it was killed (.run.lock.json)."""
-        return Holder.read(self.path)
+        """The process holding the folder's lock now, or None where nobody does."""
+        return live_holder(self.path)
 
     @property
     def status(self) -> str:
         """finished / interrupted at step N / stopped by a health check at step N / failed at step N /
-        running (step N) / no result, last written ... ago (killed?)."""
+        running (step N) / no result at step N: killed?"""
         step = self.steps
         at = f" at step {step}" if step is not None else ""
         if self.results is None:
-            idle = time.time() - self.last_write()
-            alive = self.holder.alive() if self.holder is not None else None
-            if alive is True or (alive is None and idle < RECENT_SECONDS):
+            if self.holder is not None:
                 return f"running (step {step})" if step is not None else "running (starting)"
-            if alive is False:
-                return f"no result{at}, last written {_ago(idle)} ago: its process (pid {self.holder.pid}) is gone " \
-                       "(killed?)"
-            return f"no result{at}, last written {_ago(idle)} ago (killed?)"
+            left = Holder.read(self.path)  # its holder file stays where its process was killed
+            return f"no result{at}: " + (f"its process (pid {left.pid} on {left.host}) is gone (killed?)" if left
+                                         else "its process is gone (killed?)")
         status = self.results.get("status") or ("interrupted" if self.results.get("interrupted") else "finished")
         return "finished" if status == "finished" else f"{_STATUS_WORDS.get(status, status)}{at}"
 
@@ -362,10 +360,3 @@ def find_runs(root: str | Path) -> list[SavedRun]:
             found.append(SavedRun.open(path))
             dirs[:] = []
     return found
-
-
-def _ago(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f} {unit}"
-    return f"{seconds:.0f} s"

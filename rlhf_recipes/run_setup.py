@@ -1,16 +1,18 @@
-"""A run's folder: where it writes, what it resumes from, and that a failed start leaves no trace.
+"""A run's folder: where it writes, what it resumes from, how it ended, and that a failed start leaves no trace.
 
 The rules, so that a folder always says exactly what ran:
-- a new run into a folder that holds a run is refused, unless --overwrite or --resume;
-- --overwrite moves the old run aside and deletes it only once the new run has started, so a
-  start that fails puts the old run back as it was;
+- a new run into a folder that holds a run is refused, unless --overwrite (which removes the old run) or --resume;
+- final_results.json says `running` from the start (its `starts`: when each start began, what it resumed from,
+  how long it took) and finished / interrupted / stopped / failed at the end; a run killed outright still says
+  `running`, and its free lock (run_lock.py) tells a tool it is not;
 - --resume continues from the newest COMPLETE checkpoint (checkpoints.py), saying which newer
   ones it skipped and why, and refuses settings that would change the run's meaning (the old
   and new value of each key); --allow_changes accepts them, config.yaml records both, and a
   changed learning rate takes effect (callbacks.LearningRateChange rescales the restored scheduler);
 - --resume auto (a requeued cluster job's one command) resumes when a complete checkpoint is there,
   starts when none is (a run that never saved one is started over), and refuses a finished run;
-- a start that fails before training removes what it wrote (config.yaml, a folder it made);
+- a start that fails before training puts back what it wrote (config.yaml, final_results.json, console.log's
+  new lines, a folder it made);
 - one process at a time: the main process holds the folder's lock (run_lock.py) from before it reads the folder
   until the run ends, so a second start into a running folder is refused naming who holds it.
 Loads nothing heavy: called before torch or transformers are imported.
@@ -22,25 +24,28 @@ import logging
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlhf_recipes.checkpoints import (
-    checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir, read_manifest, settings_hash,
+    checkpoint_step, find_resumable_checkpoint, incomplete_reason, is_checkpoint_dir, read_record,
 )
 from rlhf_recipes.config import Recipe, RecipeError
-from rlhf_recipes.disk import atomic_write_text
+from rlhf_recipes.console_log import ConsoleLog
+from rlhf_recipes.disk import atomic_write_text, disk_full
 from rlhf_recipes.paths import unwritable_reason
 from rlhf_recipes.run_folder import (
-    CONFIG_FILE, FINAL_RESULTS_FILE, METRICS_FILE, SavedRun, read_config, read_metrics, run_finished, write_config,
+    CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE, METRICS_FILE, SavedRun, read_config, read_metrics, run_finished,
+    write_config, write_final_results, write_running,
 )
 from rlhf_recipes.run_lock import HOLDER_FILE, LOCK_FILE, RunLock
 
-CONSOLE_LOG = "console.log"  # the main process's console, kept with the run (console_log.py)
+CONSOLE_LOG = "console.log"  # the main process's log lines, kept with the run (console_log.py)
 
 logger = logging.getLogger(__name__)
-LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # the folder's lock stays where it is when --overwrite moves a run aside
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)  # the folder's lock stays where it is when --overwrite removes a run
 
 # Keys that may differ between a run and its resumption: they change how a run is logged, saved or
 # watched, not what it computes. Every other key changing is refused without --allow_changes.
@@ -57,15 +62,9 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def meaning_hash(settings: dict[str, Any]) -> str:
-    """The hash of the settings that change what a run computes (every key but the harmless ones)."""
-    return settings_hash({k: v for k, v in settings.items() if k not in HARMLESS_ON_RESUME | {"resumed_with_changes"}})
-
-
-def manifest_settings(folder: "RunFolder") -> dict[str, Any]:
-    """What a checkpoint's manifest records of the settings the run used to reach it (CheckpointManifestCallback)."""
-    settings = {k: v for k, v in folder.resolved.items() if k != "resumed_with_changes"}
-    return {"settings_sha256": meaning_hash(settings), "settings": settings,
+def record_settings(folder: "RunFolder") -> dict[str, Any]:
+    """What each checkpoint records of the settings the run used to reach it (callbacks.RunRecord)."""
+    return {"settings": {k: v for k, v in folder.resolved.items() if k != "resumed_with_changes"},
             "settings_changes": folder.resolved.get("resumed_with_changes", [])}
 
 
@@ -75,6 +74,72 @@ def meaning_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str,
     return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
+def report_error(error: Exception | str) -> None:
+    """One line on stderr, from the main process only: under a launcher every rank finds the same mistake."""
+    if is_main_process():
+        print(f"error: {error}", file=sys.stderr)
+        logger.debug("the error's traceback (LOGLEVEL=DEBUG)", exc_info=error if isinstance(error, Exception) else None)
+
+
+@dataclass
+class Ending:
+    """How the run ended, for RunFolder.end: `trainer` is set once training begins (before it, a failure undoes
+    the start); `status` and `extra` go into final_results.json."""
+
+    trainer: Any = None
+    status: str = "failed"
+    extra: dict[str, Any] = field(default_factory=dict)
+    written: bool = False  # final_results.json already says how it ended
+    together: bool = False  # a failure every rank reached: they leave together once the results are written
+
+    def failed(self, error: BaseException, folder: "RunFolder | None") -> int:
+        """A failure the runner understands: one line and its exit code (a user's mistake 2, an interrupted start
+        130, a run that failed 1); anything else raises on, its traceback whole, after final_results.json says
+        `failed` with the error."""
+        where = disk_full(error, folder.output_dir if folder else None)
+        if self.trainer is None:  # before training: nothing of this start is kept (RunFolder.end)
+            if isinstance(error, RecipeError):
+                report_error(error)
+                return 2
+            if isinstance(error, KeyboardInterrupt):
+                report_error("interrupted before training began; nothing of this start was kept (run the same "
+                             "command again to start it)")
+                return EXIT_INTERRUPTED
+            if where is None:
+                raise error
+            report_error(f"no space left on device while writing {where}; nothing was started")
+            return 1
+        if not isinstance(error, (FloatingPointError, RecipeError)) and where is None:
+            self.extra = {"error": f"{type(error).__name__}: {error}"}
+            raise error
+        self.status, reason, hint = "failed", str(error), ""
+        if isinstance(error, FloatingPointError):  # a NaN / inf loss, gradient, weight or reward
+            hint = "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
+        elif where is not None:
+            reason = f"no space left on device while writing {where}"
+            if is_main_process():  # a torn save would be skipped by --resume anyway: its space is the results'
+                for torn, why in find_resumable_checkpoint(folder.output_dir).skipped:
+                    if why.startswith("no trainer_state.json"):
+                        shutil.rmtree(torn, ignore_errors=True)
+        last_good = find_resumable_checkpoint(folder.output_dir).checkpoint
+        self.extra = {"error": reason, "last_good_checkpoint": last_good.name if last_good else None}
+        for callback in self.trainer.callback_handler.callbacks:  # end the progress bar's line: the error gets its own
+            if getattr(callback, "training_bar", None) is not None:
+                callback.training_bar.close()
+                callback.training_bar = None
+        keep = (f"the last good checkpoint, {last_good.name}, is kept (--resume continues from it{hint})"
+                if last_good else "no checkpoint was saved before it")
+        report_error(f"{reason}; {keep}")
+        self.together = True
+        return 1
+
+    def leave_together(self) -> None:
+        """Ranks leave together and close the process group themselves: a rank that exits while another still
+        writes results can abort in the communication backend's teardown."""
+        self.trainer.accelerator.wait_for_everyone()
+        self.trainer.accelerator.end_training()
+
+
 @dataclass
 class RunFolder:
     """The output folder of one run, prepared but not yet written (see `claim`)."""
@@ -82,55 +147,71 @@ class RunFolder:
     output_dir: Path
     checkpoint: Path | None = None
     resolved: dict[str, Any] = field(default_factory=dict)
-    lock: RunLock | None = None  # held by the main process from `prepare_output_dir` until `release`/`abandon`
-    _created_dir: bool = False
-    _aside: Path | None = None  # the previous run, moved here by --overwrite until the new one starts
-    _wrote_config: bool = False
-    _previous_config: str | None = None
-    _previous_config_times: tuple[int, int] | None = None  # (atime, mtime) in ns, restored with its text
+    lock: RunLock | None = None  # held by the main process from `prepare_output_dir` until `end`
+    recipe: Recipe | None = None  # set by `claim`
     auto: bool = False  # --resume auto: every rank takes the main process's choice, a checkpoint or none
     replace_previous: bool = False  # --resume auto found no complete checkpoint: the old start is replaced
     learning_rate_change: tuple[float, float] | None = None  # (old, new): --resume --allow_changes --learning_rate
-    _console_log_size: int | None = None  # console.log's size before this start (None: there was none)
+    starts: list[dict[str, Any]] = field(default_factory=list)  # final_results.json's `starts`, this one last
+    _found: dict[str, bytes | None] = field(default_factory=dict)  # the files `claim` rewrites, as it found them
+    _console: ConsoleLog | None = None
+    _clock: float = field(default_factory=time.monotonic)  # this start's beginning
+    _training_began: float | None = None
 
     def claim(self, recipe: Recipe) -> None:
-        """Make the folder this run's: move an overwritten run aside, write config.yaml (rank 0 only)."""
+        """Make the folder this run's (rank 0 only): remove an overwritten run, write config.yaml, final_results.json
+        `running`, and start console.log."""
+        self.recipe = recipe
         if not is_main_process():
             return
-        if self.lock is None:
-            self._created_dir = not self.output_dir.exists()
         replace = (recipe.args.overwrite and not recipe.args.resume) or self.replace_previous
         if replace and (self.output_dir / CONFIG_FILE).exists():
-            self._aside = self.output_dir.parent / f".{self.output_dir.name}.overwritten"
-            if self._aside.exists():
-                shutil.rmtree(self._aside)
-            self._aside.mkdir()
+            removed = sum(1 for p in self.output_dir.iterdir() if is_checkpoint_dir(p))
             for entry in self.output_dir.iterdir():
                 if entry.name not in LOCK_FILES:  # the lock stays: this start holds it
-                    entry.rename(self._aside / entry.name)
-        config = self.output_dir / CONFIG_FILE
-        if config.exists():
-            self._previous_config = config.read_text()
-            self._previous_config_times = (config.stat().st_atime_ns, config.stat().st_mtime_ns)
-        self._wrote_config = True  # set first: a write cut short by a full disk is undone by `abandon` too
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            logger.info("--overwrite: removed the previous run in %s (%d checkpoint(s))", self.output_dir, removed)
+        for name in (CONFIG_FILE, FINAL_RESULTS_FILE, CONSOLE_LOG):
+            path = self.output_dir / name
+            self._found[name] = path.read_bytes() if path.is_file() else None
+        previous = (SavedRun(self.output_dir).raw_results or {}) if self.checkpoint else {}
+        self.starts = [s for s in previous.get("starts", []) if isinstance(s, dict)] + [{
+            "at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "resumed_from": self.checkpoint.name if self.checkpoint
+            else None, "seconds": None, "train_seconds": None}]
         write_config(recipe, self.output_dir, self.resolved)
-        self._console_log_size = self.console_log.stat().st_size if self.console_log.exists() else None
-
-    @property
-    def console_log(self) -> Path:
-        return self.output_dir / CONSOLE_LOG
+        write_running(recipe, self.output_dir, self.starts)
+        what = f"resumed from {self.checkpoint.name}" if self.checkpoint else "started"
+        self._console = ConsoleLog(self.output_dir / CONSOLE_LOG, f"{what}: {self.lock.command if self.lock else ''}")
 
     def started(self) -> None:
-        """Training has begun: the overwritten run is deleted for good."""
-        if self._aside is not None and self._aside.exists():
-            n = sum(1 for p in self._aside.iterdir() if is_checkpoint_dir(p))
-            shutil.rmtree(self._aside)
-            logger.info("--overwrite: removed the previous run in %s (%d checkpoint(s))", self.output_dir, n)
-        self._aside = None
+        """Training has begun (callbacks.StartedCallback): its seconds count from here."""
+        self._training_began = time.monotonic()
+
+    def timed_starts(self) -> list[dict[str, Any]]:
+        """`starts`, this one's seconds so far filled in (the whole start's, and its training's)."""
+        now = time.monotonic()
+        self.starts[-1].update(seconds=round(now - self._clock, 2), train_seconds=round(
+            now - self._training_began, 2) if self._training_began is not None else 0.0)
+        return self.starts
+
+    def save_progress(self) -> None:
+        """At each checkpoint: final_results.json, still `running`, gets the seconds so far (a killed start keeps
+        what it had reached)."""
+        if is_main_process() and self.recipe is not None:
+            write_running(self.recipe, self.output_dir, self.timed_starts())
+
+    def write_results(self, recipe: Recipe, ending: Ending) -> None:
+        if is_main_process():
+            starts = self.timed_starts()
+            total = round(sum(s.get("seconds") or 0 for s in starts), 2)  # loading included
+            write_final_results(recipe, ending.trainer, self.output_dir, sum(s.get("train_seconds") or 0 for s in
+                                starts), status=ending.status, extra={**ending.extra, "starts": starts,
+                                                                      "total_seconds": total})
+        ending.written = True
 
     def agree_on_checkpoint(self) -> None:
-        """Under several processes, every rank resumes from the checkpoint the main process verified (its choice is
-        broadcast once the process group is up; the other ranks only checked sizes)."""
+        """Under several processes, every rank resumes from the checkpoint the main process chose (its choice is
+        broadcast once the process group is up)."""
         import torch.distributed as dist
 
         if (self.checkpoint is None and not self.auto) or not (dist.is_available() and dist.is_initialized()) or \
@@ -140,64 +221,61 @@ class RunFolder:
         dist.broadcast_object_list(choice, src=0)
         self.checkpoint = Path(choice[0]) if choice[0] else None
 
-    def release(self) -> None:
-        """The run has ended (however): let go of the folder's lock."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-    def abandon(self) -> None:
-        """The start failed: leave the folder as it was found, then let go of its lock."""
+    def end(self, ending: Ending) -> None:
+        """However the run ended: final_results.json says how (a start that failed before training is undone
+        instead), console.log stops, the lock goes."""
         try:
-            self._put_back()
+            if ending.trainer is None:
+                self._undo()
+            elif not ending.written:
+                try:
+                    self.write_results(self.recipe, ending)
+                except OSError as e:
+                    if disk_full(e) is None:
+                        raise
+                    report_error("final_results.json could not be written either (no space left on device): "
+                                 "rlhf-recipes runs shows the run as killed")
+            if ending.together:
+                ending.leave_together()
         finally:
+            if self._console is not None:
+                self._console.stop()
             if self.lock is not None:
-                self.lock.drop(remove=True)
+                self.lock.release(put_back=ending.trainer is None)
+                if ending.trainer is None and self.lock.created_folder:
+                    shutil.rmtree(self.output_dir, ignore_errors=True)  # this start made it: nothing else is in it
                 self.lock = None
-            if self._created_dir and self.output_dir.exists() and not any(self.output_dir.iterdir()):
-                self.output_dir.rmdir()
 
-    def _put_back(self) -> None:
-        if not is_main_process() or not self._wrote_config:
-            return
-        config = self.output_dir / CONFIG_FILE
-        if self._previous_config is not None:
-            atomic_write_text(config, self._previous_config)
-            # Its time too: config.yaml newer than final_results.json means "a start in progress" to the tools
-            # (rlhf_recipes/run_folder.py), and this start never happened.
-            os.utime(config, ns=self._previous_config_times)
-        elif config.exists():
-            config.unlink()
-        # What this start wrote to the console log goes too
-        if self._console_log_size is None:
-            self.console_log.unlink(missing_ok=True)
-        elif self.console_log.exists():
-            os.truncate(self.console_log, self._console_log_size)
-        if self._aside is not None and self._aside.exists():
-            for entry in list(self.output_dir.iterdir()):
-                if entry.name not in LOCK_FILES:
-                    shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            for entry in self._aside.iterdir():
-                entry.rename(self.output_dir / entry.name)
-            self._aside.rmdir()
+    def _undo(self) -> None:
+        """The start failed before training: the files it rewrote go back to what it found (or away)."""
+        if self._console is not None:
+            self._console.stop()
+            self._console = None
+        for name, found in self._found.items():
+            path = self.output_dir / name
+            if found is None:
+                path.unlink(missing_ok=True)
+            elif name == CONSOLE_LOG:
+                os.truncate(path, len(found))
+            else:
+                atomic_write_text(path, found.decode())
 
 
 def prepare_output_dir(recipe: Recipe, command: str = "") -> RunFolder:
     """Take the folder's lock, decide where the run writes and what it resumes from; refuse what would lose or
     mix runs.
 
-    Writes only the lock (undone by `RunFolder.abandon`): `RunFolder.claim` writes the run's files, once the data
+    Writes only the lock (undone by `RunFolder.end`): `RunFolder.claim` writes the run's files, once the data
     and model have been checked. `command` is what the lock's holder file says is running."""
     output_dir = Path(recipe.value("output_dir"))
     folder = RunFolder(output_dir, resolved=dict(recipe.resolved))
     # An output_dir that cannot be written gets no lock: check_inputs names the problem in one line.
     if is_main_process() and unwritable_reason(output_dir) is None:
         folder.lock = RunLock(output_dir, command).acquire()
-        folder._created_dir = folder.lock.created_folder
     try:
         _decide(recipe, folder)
     except BaseException:
-        folder.abandon()
+        folder.end(Ending())
         raise
     return folder
 
@@ -212,9 +290,6 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
     flag = "--resume auto" if resume == "auto" else "--resume"
     if recipe.args.overwrite:
         raise RecipeError(f"{flag} and --overwrite contradict each other: continue the run, or start it over")
-    # The main process reads every file of a checkpoint against its checksum; the others check sizes only and
-    # take the main process's choice once they can talk to it (RunFolder.agree_on_checkpoint).
-    checksums = is_main_process()
     if resume == "auto":
         folder.auto = True
         # Rerunning the same command must not train a finished run a second time.
@@ -227,7 +302,7 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
                               "nothing to resume. Use its model as it is, start over with --overwrite, or pick "
                               "another --output_dir")
     if resume in ("auto", "latest"):
-        point = find_resumable_checkpoint(output_dir, checksums=checksums)
+        point = find_resumable_checkpoint(output_dir)
         for skipped, reason in point.skipped:
             logger.warning("%s: skipping %s: %s", flag, skipped, reason)
         folder.checkpoint = point.checkpoint
@@ -236,7 +311,7 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         if not checkpoint.is_dir() or not is_checkpoint_dir(checkpoint):
             raise RecipeError(f"--resume {resume}: not a checkpoint-<step> folder. Use --resume alone for the "
                               f"newest complete checkpoint in {output_dir}")
-        reason = incomplete_reason(checkpoint, checksums=checksums)
+        reason = incomplete_reason(checkpoint)
         if reason:
             raise RecipeError(f"--resume {resume}: incomplete or damaged checkpoint ({reason}). Use --resume alone "
                               "to continue from the newest one that verifies")
@@ -275,33 +350,29 @@ def holds_a_run(output_dir: Path) -> str:
 
 
 def _compare_settings(recipe: Recipe, folder: RunFolder) -> None:
-    """A resume continues with the settings the run used up to its checkpoint: those its manifest records (a
-    checkpoint from before manifests had settings: config.yaml's). Any difference that changes what the run
-    computes (a command-line value, or config.yaml edited by hand) is refused, naming each key, unless
-    --allow_changes: then config.yaml and the next checkpoints' manifests record it with the step it took effect."""
+    """A resume continues with the settings the run used up to its checkpoint: those it recorded in the checkpoint's
+    trainer_state.json (callbacks.RunRecord; a checkpoint without a record: config.yaml's). Any difference that
+    changes what the run computes (a command-line value, or config.yaml edited by hand) is refused, naming each key,
+    unless --allow_changes: then config.yaml and the next checkpoints record it with the step it took effect."""
     output_dir, checkpoint = folder.output_dir, folder.checkpoint
     step = checkpoint_step(checkpoint)
     config = read_config(output_dir)
-    manifest = read_manifest(checkpoint) or {}
-    used = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else config
+    record = read_record(checkpoint) or {}
+    used = record.get("settings") if isinstance(record.get("settings"), dict) else config
     if used is None:
         return
-    recorded = manifest.get("settings_changes") if "settings" in manifest else (config or {}).get(
-        "resumed_with_changes")
+    recorded = record.get("settings_changes") if "settings" in record else (config or {}).get("resumed_with_changes")
     recorded = list(recorded or [])
-    if manifest.get("settings_sha256") == meaning_hash(recipe.resolved):
-        changes = []
-    else:
-        changes = meaning_changes(used, recipe.resolved)
+    changes = meaning_changes(used, recipe.resolved)
     if changes and not recipe.args.allow_changes:
         listed = "; ".join(f"`{k}` {o!r} -> {n!r}" for k, o, n in changes)
-        edited = config is not None and "settings" in manifest and meaning_changes(used, config)
+        edited = config is not None and "settings" in record and meaning_changes(used, config)
         where = (f" ({output_dir / 'config.yaml'} was edited after {checkpoint.name} was saved: the values on the "
-                 f"left are the ones the run used, from its manifest)") if edited else ""
+                 f"left are the ones the run used, recorded in that checkpoint)") if edited else ""
         raise RecipeError(
             f"--resume would change what {output_dir} computes: {listed}{where}. Resume with the settings the run "
             f"used (undo the edit, drop the flag), or add --allow_changes to continue with the new values (config.yaml "
-            f"and the next checkpoints' manifests then record each change and step {step}, where it took effect)"
+            f"and the next checkpoints then record each change and step {step}, where it took effect)"
         )
     if changes:
         logger.warning("--resume --allow_changes: %s, from step %d (a new learning_rate rescales the restored "
@@ -353,8 +424,8 @@ def end_wandb_run() -> None:
 def run_callbacks(recipe: Recipe, folder: RunFolder):
     """The callbacks every run gets (imports transformers)."""
     from rlhf_recipes.callbacks import (
-        CheckpointManifestCallback, HealthCallback, InterruptCallback, LearningRateChange, MetricsFileCallback,
-        RunCardCallback, StartedCallback,
+        HealthCallback, InterruptCallback, LearningRateChange, MetricsFileCallback, RunCardCallback, RunRecord,
+        StartedCallback,
     )
 
     interrupt = InterruptCallback()
@@ -364,10 +435,15 @@ def run_callbacks(recipe: Recipe, folder: RunFolder):
         rows = read_metrics(folder.output_dir / METRICS_FILE)
         start_loss = next((float(r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))), None)
     health = HealthCallback(stop=recipe.args.stop_on_health_warning, start_loss=start_loss)
+
+    def saved(state: str) -> None:  # at each checkpoint: the run card, and final_results.json's seconds so far
+        write_run_card(recipe, folder.output_dir, state)
+        folder.save_progress()
+
     # Health first: the health/* flags it adds to a step's logs then land in metrics.jsonl.
     callbacks = [StartedCallback(folder.started), health, MetricsFileCallback(folder.output_dir / METRICS_FILE,
-                 resume_step), interrupt, CheckpointManifestCallback(manifest_settings(folder)),
-                 RunCardCallback(lambda state: write_run_card(recipe, folder.output_dir, state))]
+                 resume_step), interrupt, RunRecord(record_settings(folder)),
+                 RunCardCallback(saved)]
     if folder.learning_rate_change and folder.checkpoint:
         callbacks.append(LearningRateChange(*folder.learning_rate_change))
     return callbacks, interrupt, health

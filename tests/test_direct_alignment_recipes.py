@@ -77,7 +77,7 @@ def test_interrupt_then_resume_loses_nothing(tmp_path):
     stopped = json.loads((out / "final_results.json").read_text())
     assert stopped["interrupted"] and 2 <= stopped["steps"] < int(steps)
     checkpoint = out / f"checkpoint-{stopped['steps']}"
-    assert (checkpoint / "checkpoint_manifest.json").exists()
+    assert (checkpoint / "trainer_state.json").exists()
 
     resumed = run_recipe(out / "config.yaml", out, "--resume")
     assert resumed["steps"] == int(steps) and not resumed["interrupted"]

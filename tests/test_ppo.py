@@ -486,7 +486,7 @@ def test_resume_restores_the_value_model(tmp_path, mode):
     run_recipe("ppo.yaml", out, "--num_samples", "32", "--save_strategy", "steps", "--save_steps", "2",
                "--value_optimizer", mode)
     checkpoint = out / "checkpoint-2"
-    for name in ("checkpoint_manifest.json", "value_model/model.safetensors", "optimizer.pt"):
+    for name in ("trainer_state.json", "value_model/model.safetensors", "optimizer.pt"):
         assert (checkpoint / name).exists(), name
     own = [(checkpoint / "value_model" / name).exists() for name in ("value_optimizer.pt", "value_scheduler.pt")]
     assert own == ([False, False] if mode == "joint" else [True, True])  # joint: in the one optimizer.pt

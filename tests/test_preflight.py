@@ -143,7 +143,7 @@ def test_a_real_run_with_more_saves_than_the_limit_keeps_the_newest_and_resumes_
                  "--effective_batch_size", "2", "--report_to", "none", "--output_dir", str(out)])
     assert code == 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
-    assert find_resumable_checkpoint(out, checksums=True).checkpoint.name == "checkpoint-4"
+    assert find_resumable_checkpoint(out).checkpoint.name == "checkpoint-4"
 
 
 # --------------------------------------------------------------------------------------

@@ -127,10 +127,10 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
     root = tmp_path / "outputs"
     shutil.copytree(runs, root)
     # A save that did not finish, in the finished run: incomplete, so it goes too.
-    broken = root / "finished" / "checkpoint-2" / "checkpoint_manifest.json"
+    broken = root / "finished" / "checkpoint-2" / "trainer_state.json"
     broken.unlink()
     # A run being written: a --resume of a copy has claimed its folder (config.yaml rewritten by the runner's
-    # own code) and is saving a checkpoint (no manifest yet).
+    # own code: final_results.json says running) and is saving a checkpoint (no trainer_state.json yet).
     shutil.copytree(runs / "finished", root / "resuming")
     recipe = load_recipe([str(root / "resuming" / "config.yaml"), "--resume"], construct=False)
     resuming = prepare_output_dir(recipe)  # holds the folder's lock, as the run would, until released
@@ -151,15 +151,16 @@ def test_prune_keeps_the_last_k_complete_checkpoints_and_never_touches_a_run_bei
     assert listed["resuming"]["being_written"] and listed["resuming"]["status"].startswith("running")
     assert {p: p.stat().st_mtime_ns for p in (root / "resuming").rglob("*")} == before, "touched a live run"
 
-    # The same run, its process gone without a result, silent for two hours. Still never pruned (a run by an older
-    # version, which holds no lock, looks the same).
-    resuming.release()
-    for p in [root / "resuming", *(root / "resuming").rglob("*")]:  # every time 2 h back, their order kept
-        os.utime(p, (p.stat().st_atime - 7200, p.stat().st_mtime - 7200))
+    # The same run, its process killed outright (its lock free, its holder file left, final_results.json still
+    # `running`): still never pruned.
+    holder = (root / "resuming" / ".run.lock.json").read_text()
+    resuming.lock.release()
+    (root / "resuming" / ".run.lock.json").write_text(holder)
     again = subprocess.run([sys.executable, "-m", "rlhf_recipes.tools", "runs", str(root), "--prune", "1"],
                            capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert "resuming: skipped, being written" in again and "freed 0 bytes;" in again
-    assert SavedRun.open(root / "resuming").status == "no result at step 3, last written 2 h ago (killed?)"
+    assert SavedRun.open(root / "resuming").status == (f"no result at step 3: its process (pid {os.getpid()} on "
+                                                       f"{socket.gethostname()}) is gone (killed?)")
     assert sorted(p.name for p in (root / "resuming").glob("checkpoint-*")) == [
         "checkpoint-1", "checkpoint-2", "checkpoint-3", "checkpoint-4"]
 
@@ -207,7 +208,7 @@ def test_runs_into_a_reader_that_stops_early_exits_quietly(tmp_path):
 
 
 def test_a_start_that_fails_leaves_the_run_finished(runs, tmp_path, capsys):
-    """A --resume whose start is refused restores config.yaml with its time: the run does not look live."""
+    """A --resume whose start is refused puts config.yaml and final_results.json back: the run is still finished."""
     from rlhf_recipes.train import main
 
     copy = tmp_path / "run"
@@ -216,10 +217,10 @@ def test_a_start_that_fails_leaves_the_run_finished(runs, tmp_path, capsys):
     rows = tmp_path / "no_answers.jsonl"
     row = {"prompt": "q", "prompt_id": "0", "category": "qa", "messages": [{"role": "user", "content": "q"}]}
     rows.write_text("\n".join(json.dumps(row) for _ in range(4)) + "\n")
-    before = (copy / "config.yaml").stat().st_mtime_ns
+    before = {name: (copy / name).read_bytes() for name in ("config.yaml", "final_results.json", "console.log")}
     code = main([str(copy / "config.yaml"), "--resume", "--allow_changes", "--data_files", str(rows)])
     assert code == 2 and "no usable rows" in capsys.readouterr().err
-    assert (copy / "config.yaml").stat().st_mtime_ns == before
+    assert {name: (copy / name).read_bytes() for name in before} == before
     assert SavedRun.open(copy).status == "finished"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from rlhf_recipes.run_folder import EXIT_STILL_RUNNING
-from rlhf_recipes.run_lock import _process_alive
 from lab.executor import STILL_RUNNING, Executor, Job, run_one, run_plan
 from lab.sweep import spec, state
 
@@ -43,10 +42,20 @@ def _wait_for(path: Path, timeout: float = 30.0) -> str:
     return path.read_text()
 
 
+def _process_alive(pid: int) -> bool:
+    """The process runs: it exists and is not a zombie (killed, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def _gone_within(pid: int, seconds: float) -> bool:
     deadline = time.time() + seconds
     while time.time() < deadline:
-        if not _process_alive(pid, None):  # a zombie (killed, not reaped) counts as gone
+        if not _process_alive(pid):  # a zombie (killed, not reaped) counts as gone
             return True
         time.sleep(0.05)
     return False
@@ -71,7 +80,7 @@ def test_a_sweep_killed_hard_takes_its_runs_with_it(tmp_path):
     pids = []
     try:
         pids = [int(_wait_for(run / "pid")) for run in runs]
-        assert all(_process_alive(pid, None) for pid in pids)
+        assert all(_process_alive(pid) for pid in pids)
         sweep.send_signal(signal.SIGKILL)  # no handler, no cleanup: as the OOM killer or a node failure
         sweep.wait()
         assert all(_gone_within(pid, 5.0) for pid in pids), "a run of the killed sweep is still running (orphan)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RECIPES, read_metrics, run_recipe
-from rlhf_recipes.checkpoints import MANIFEST, find_resumable_checkpoint, incomplete_reason, write_manifest
+from rlhf_recipes.checkpoints import find_resumable_checkpoint, incomplete_reason
 from rlhf_recipes.config import load_recipe
 from rlhf_recipes.errors import RecipeError
 from rlhf_recipes.train import main as train
@@ -246,6 +246,43 @@ def test_the_printed_resume_command_works_for_tiny_runs(six_steps, tmp_path):
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
+def test_final_results_records_every_start_and_the_total(six_steps, tmp_path):
+    """Issue 54: a run resumed over several starts said only its last start's training seconds."""
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    first = json.loads((out / "final_results.json").read_text())["starts"]
+    assert len(first) == 1 and first[0]["resumed_from"] is None and first[0]["seconds"] >= first[0]["train_seconds"] > 0
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    results = json.loads((out / "final_results.json").read_text())
+    starts = results["starts"]
+    assert [s["resumed_from"] for s in starts] == [None, "checkpoint-4"] and starts[0] == first[0]
+    assert results["wall_seconds"] == pytest.approx(sum(s["train_seconds"] for s in starts), abs=0.02)
+    assert results["total_seconds"] == pytest.approx(sum(s["seconds"] for s in starts), abs=0.02)
+
+
+def test_ctrl_c_while_a_run_loads_is_one_line_and_the_folder_starts_cleanly_after(six_steps, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Issue 54: Ctrl-C while a run was still loading (or sampling the nano pairs) printed a raw KeyboardInterrupt
+    traceback. Now one line, exit 130, and the folder as it was found: the same command then runs."""
+    import rlhf_recipes.models
+
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlhf_recipes.models, "load_tokenizer", pressed)
+    assert train([str(out / "config.yaml"), "--resume"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "interrupted before training began" in err and "Traceback" not in err, err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    monkeypatch.undo()
+    assert train([str(out / "config.yaml"), "--resume"]) == 0
+    assert json.loads((out / "final_results.json").read_text())["status"] == "finished"
+
+
 def test_the_rerun_command_config_yaml_names_works_for_a_finished_run(six_steps):
     """config.yaml's header says how to re-run it: as written, not "already holds a run"."""
     import shlex
@@ -295,25 +332,33 @@ def test_resume_skips_a_checkpoint_missing_a_file_to_the_previous_complete_one(s
     assert resumed == pytest.approx(reference, rel=1e-4)  # steps 5-6 trained again from checkpoint-4, same losses
 
 
-def test_manifest_lists_every_file_and_catches_truncation(tmp_path):
-    folder = tmp_path / "checkpoint-3"
-    (folder / "sub").mkdir(parents=True)
-    (folder / "a.bin").write_bytes(b"x" * 10)
-    (folder / "sub" / "b.json").write_text("{}")
-    assert incomplete_reason(folder) == "no manifest (its save did not finish)"
-    write_manifest(folder, 3)
-    from rlhf_recipes.checkpoints import file_checksum
-
-    assert json.loads((folder / MANIFEST).read_text()) == {
-        "step": 3, "files": {"a.bin": 10, "sub/b.json": 2},
-        "xxh3_64": {"a.bin": file_checksum(folder / "a.bin"), "sub/b.json": file_checksum(folder / "sub" / "b.json")}}
+def test_a_checkpoint_is_complete_once_its_trainer_state_is_written_and_its_weights_open(six_steps, tmp_path):
+    """transformers writes trainer_state.json last; the run's record in it lists every file the save wrote, with its
+    size; a weights file must open (a safetensors header that fits its file, a torch zip's directory)."""
+    folder = tmp_path / "checkpoint-6"
+    shutil.copytree(six_steps / "checkpoint-6", folder)
     assert incomplete_reason(folder) is None
-    (folder / "a.bin").write_bytes(b"x" * 4)
-    assert incomplete_reason(folder) == "a.bin has 4 bytes, the manifest says 10"
-    newer = tmp_path / "checkpoint-5"
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["RunRecord"]["args"]["files"]["model.safetensors"] == \
+        (folder / "model.safetensors").stat().st_size
+    (folder / "trainer_state.json").rename(folder / "held")  # a save killed before its last file
+    assert incomplete_reason(folder) == "no trainer_state.json (its save did not finish)"
+    (folder / "held").rename(folder / "trainer_state.json")
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[:-10])
+    assert incomplete_reason(folder) == f"model.safetensors has {len(weights) - 10} bytes, its save wrote {len(weights)}"
+    # A checkpoint without the run's record (an older one): the weights alone must open.
+    del state["stateful_callbacks"]["RunRecord"]
+    (folder / "trainer_state.json").write_text(json.dumps(state))
+    assert incomplete_reason(folder).startswith("model.safetensors does not open (")
+    (folder / "model.safetensors").write_bytes(weights)
+    optimizer = (folder / "optimizer.pt").read_bytes()
+    (folder / "optimizer.pt").write_bytes(optimizer[:-10])
+    assert incomplete_reason(folder).startswith("optimizer.pt does not open (")
+    newer = tmp_path / "checkpoint-8"
     newer.mkdir()
     point = find_resumable_checkpoint(tmp_path)
-    assert point.checkpoint is None and [p.name for p, _ in point.skipped] == ["checkpoint-5", "checkpoint-3"]
+    assert point.checkpoint is None and [p.name for p, _ in point.skipped] == ["checkpoint-8", "checkpoint-6"]
 
 
 # --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.checkpoints import read_manifest
+from rlhf_recipes.checkpoints import incomplete_reason
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import read_results
 
@@ -126,7 +126,7 @@ def measure_base(out: Path, profile: str, base: str, proxies: dict[str, str], pr
 
 def checkpoints(run: Path) -> list[tuple[int, Path]]:
     """(step, folder) of the run's complete checkpoints, and its final model if no checkpoint holds its last step."""
-    found = sorted((int(c.name.split("-")[1]), c) for c in run.glob("checkpoint-*") if read_manifest(c) is not None)
+    found = sorted((int(c.name.split("-")[1]), c) for c in run.glob("checkpoint-*") if incomplete_reason(c) is None)
     results = read_results(run)  # absent while the run trains: its checkpoints so far
     final = results.get("steps") if results else None
     if final and final not in {s for s, _ in found}:

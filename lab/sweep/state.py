@@ -1,8 +1,7 @@
 """A sweep folder's own state: which sweep it holds (sweep_spec.json) and who is writing into it (the lock).
 
 One sweep at a time per folder: a second invocation while one runs is refused with who holds it. The lock is a run
-folder's (rlhf_recipes/run_lock.py), taken on the sweep's folder: flock, released however the sweep ends, or
-RLHF_RECIPES_RUN_LOCK=soft where flock does not reach across machines.
+folder's (rlhf_recipes/run_lock.py), taken on the sweep's folder: flock, released however the sweep ends.
 A later invocation may add grid values and seeds (the grids and seeds are merged); a different recipe, profile,
 set of swept keys or fixed override is another sweep: refused without --overwrite.
 """
@@ -31,7 +30,7 @@ class SweepLock:
         except RunFolderInUse as e:
             who = e.holder.describe() if e.holder else "a sweep that is starting"
             raise RecipeError(f"{self.dir}: another sweep is writing into this folder ({who}); wait for it to end, "
-                              f"or use another --out{e.hint}") from None
+                              "or use another --out") from None
         return self
 
     def __exit__(self, *_):

@@ -11,8 +11,8 @@ steps, the final key metrics (the algorithm's, from the registry), the evaluatio
 size on disk and checkpoints (complete, and incomplete ones: saves that did not finish).
 
 --prune K keeps the K newest complete checkpoints of every run (K >= 1: the newest complete one is what
---resume continues from) and deletes its older ones and its incomplete ones. A run being written (no
-final_results.json since its latest start: running, or killed outright) is never touched. Each run's
+--resume continues from) and deletes its older ones and its incomplete ones. A run being written (its
+final_results.json says `running`: it runs, or it was killed outright) is never touched. Each run's
 checkpoints are deleted under the run folder's own lock (rlhf_recipes/run_lock.py): a run that holds it
 is skipped, and no run can start in the folder until its pruning is done.
 """
@@ -97,7 +97,7 @@ def prune(runs: list[SavedRun], keep: int, dry_run: bool) -> int:
     total = 0
     for run in runs:
         if run.being_written:
-            print(f"{run.path}: skipped, being written ({run.status}): no final_results.json since its latest start")
+            print(f"{run.path}: skipped, being written ({run.status}): its final_results.json says running")
             continue
         if not prunable(run, keep):
             continue
