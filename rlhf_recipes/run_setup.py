@@ -290,17 +290,16 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
     flag = "--resume auto" if resume == "auto" else "--resume"
     if recipe.args.overwrite:
         raise RecipeError(f"{flag} and --overwrite contradict each other: continue the run, or start it over")
+    try:
+        finished = run_finished(output_dir)
+    except (OSError, ValueError):  # unreadable: not a finished run
+        finished = False
+    finished_run = (f"{flag}: {output_dir} holds a finished run ({output_dir / FINAL_RESULTS_FILE}); nothing to "
+                    "resume. Use its model as it is, start over with --overwrite, or pick another --output_dir")
     if resume == "auto":
         folder.auto = True
-        # Rerunning the same command must not train a finished run a second time.
-        try:
-            finished = run_finished(output_dir)
-        except (OSError, ValueError):  # unreadable: not a finished run
-            finished = False
-        if finished:
-            raise RecipeError(f"--resume auto: {output_dir} holds a finished run ({output_dir / FINAL_RESULTS_FILE}); "
-                              "nothing to resume. Use its model as it is, start over with --overwrite, or pick "
-                              "another --output_dir")
+        if finished:  # rerunning the same command must not train a finished run a second time
+            raise RecipeError(finished_run)
     if resume in ("auto", "latest"):
         point = find_resumable_checkpoint(output_dir)
         for skipped, reason in point.skipped:
@@ -326,6 +325,8 @@ def _decide(recipe: Recipe, folder: RunFolder) -> None:
         listed = "; ".join(f"{p.name} ({why})" for p, why in point.skipped)
         raise RecipeError(f"--resume: no complete checkpoint in {output_dir} verifies: {listed}. Start over with "
                           "--overwrite, or copy a good checkpoint back in from a backup")
+    if folder.checkpoint is None and finished:  # its final model is there, not a checkpoint to continue
+        raise RecipeError(finished_run)
     if folder.checkpoint is None:
         raise RecipeError(f"--resume: no complete checkpoint in {output_dir}. Checkpoints are written on "
                           "Ctrl-C/SIGTERM and every `save_steps` when save_strategy is 'steps'; start over with "

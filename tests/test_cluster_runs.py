@@ -63,6 +63,13 @@ def test_resume_auto_starts_resumes_from_the_newest_complete_checkpoint_and_refu
     assert len(err) == 1 and f"--resume auto: {out} holds a finished run" in err[0] and "--overwrite" in err[0], err
     assert (out / "final_results.json").read_text() == before
 
+    # A finished run whose checkpoints were pruned: plain --resume says it is finished, not "no complete checkpoint".
+    pruned = tmp_path / "pruned"
+    shutil.copytree(out, pruned, ignore=shutil.ignore_patterns("checkpoint-*"))
+    assert train(tiny(pruned, *SIX, "--resume")) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and f"--resume: {pruned} holds a finished run" in err[0] and "--overwrite" in err[0], err
+
     # Stopped before its first checkpoint (config.yaml, no checkpoint): the same command starts it over.
     again = tmp_path / "again"
     shutil.copytree(reference, again, ignore=shutil.ignore_patterns("checkpoint-*", "final_results.json"))
