@@ -11,8 +11,9 @@ Runs land in DIR/<key=value,...>/seed-<s>/ (each with its config.yaml, metrics.j
 Any other --KEY VALUE is a recipe override for every run (checked like the runner checks it). The same command
 again runs only what has not finished: interrupted runs resume from their checkpoint, finished ones are never
 re-run, added values or seeds add runs. DIR/sweep.json, sweep.txt and sweep.png are rewritten as runs finish:
-per cell the mean, seed std and a 95% interval over seeds of every metric; per pair of cells the difference in
-the key metric with its interval (docs/sweeps.md says how little 2-3 seeds tell).
+per cell the mean, seed std and 95% interval of every metric (over seeds and problems for held-out ones, over
+seeds for training values); per pair of cells the difference in the key metric with its interval; ranked by the
+task's held-out exact match unless --metric says otherwise (docs/sweeps.md says how little 2-3 seeds tell).
 Exit code: 0 every run finished, 1 some failed (listed with their logs), 130 interrupted, 2 bad input.
 """
 
@@ -41,11 +42,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, help="training seeds per cell (default 1): seeds FIRST..FIRST+N-1")
     parser.add_argument("--first_seed", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--workers", type=int, help="runs at once (default: one per core, or one per GPU)")
-    parser.add_argument("--out", type=Path, help="the sweep's folder (default outputs/sweeps/<recipe>[-<profile>])")
+    parser.add_argument("--out", type=Path, help="the sweep's folder (default outputs/sweeps/<recipe>[-<profile>]); "
+                        "with --report on a sweep folder: where the report is written")
     parser.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=None,
                         help="run `rlhf-recipes evaluate RUN --baseline` on each finished run (default: where the "
                         "family has a held-out evaluation)")
-    parser.add_argument("--metric", help="the metric the report ranks (default: the held-out gain, else a key metric)")
+    parser.add_argument("--metric", help="the metric the report ranks (default: the gain in held-out exact match, else the "
+                        "first held-out metric's gain, else a key training metric)")
     parser.add_argument("--report", action="store_true", help="only (re)write the report of the sweep in TARGET")
     parser.add_argument("--overwrite", action="store_true", help="train every run of this command again")
     parser.add_argument("--launcher", help="how each run starts, e.g. 'accelerate launch --config_file "
@@ -70,6 +73,9 @@ def read_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[SweepSpec
         if args.grid or overrides or args.seeds:
             raise RecipeError(f"{target}: a sweep folder runs as recorded; to widen it, run the recipe again with "
                               f"--out {target} and the new --grid values or --seeds")
+        if args.out is not None and not args.report:
+            raise RecipeError(f"--out {args.out}: a sweep folder runs in place ({target}); drop --out (with "
+                              "--report, --out is where the report is written)")
         return spec, target
     data = read_yaml(str(target))
     if "algorithm" in data:  # a recipe
@@ -112,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
-            print(report.write(recorded, sweep_dir), end="")
+            # a sweep folder's report into --out (the runs are read where they are), else into the folder
+            into = args.out if args.out is not None and Path(args.target).is_dir() else sweep_dir
+            print(report.write(recorded, sweep_dir, into), end="")
+            print(f"wrote {into / 'sweep.json'}, {into / 'sweep.txt'}, {into / 'sweep.png'}")
             return 0
         try:
             sweep_spec.check(spec)
