@@ -145,15 +145,15 @@ def ending_with_this_process(command: list[str]) -> list[str]:
 
 
 def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
-                started: Callable[[subprocess.Popen | None], None] | None) -> int:
+                started: Callable[[subprocess.Popen | None], None] | None, own_session: bool) -> int:
     with open(log, "a", encoding="utf-8") as out:
         out.write(command_header(command))
         out.flush()
-        # Under the Executor (`started` given) a session of its own: Ctrl-C in the terminal reaches the executor,
-        # which forwards ONE signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a
-        # SLURM task) the run stays in the caller's process group and gets the terminal's or scheduler's signals.
+        # Under the Executor a session of its own: Ctrl-C in the terminal reaches the executor, which forwards ONE
+        # signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a SLURM task) the run
+        # stays in the caller's process group and gets the terminal's or scheduler's signals.
         proc = subprocess.Popen(ending_with_this_process(command), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=started is not None)
+                                start_new_session=own_session)
         started = started or (lambda proc: None)
         started(proc)
         try:
@@ -164,8 +164,12 @@ def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
 
 def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = None,
             started: Callable[[subprocess.Popen | None], None] | None = None,
-            stopping: Callable[[], bool] = lambda: False, overwrite: bool = False) -> Outcome:
-    """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why."""
+            stopping: Callable[[], bool] = lambda: False, overwrite: bool = False,
+            own_session: bool | None = None) -> Outcome:
+    """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why.
+    `started(proc)` / `started(None)` as each process starts and ends; own_session (default: when `started` is
+    given, as the Executor's runs are) starts them in a session of their own."""
+    own_session = started is not None if own_session is None else own_session
     begin = time.perf_counter()
     step = next_step(job, overwrite)
     if step == "done":
@@ -182,7 +186,8 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
         # One process for both unless a launcher starts the run, or the evaluation quantizes (the run's process
         # leaves bitsandbytes out unless the run itself loads quantized weights: quiet.leave_out_unused).
         together = job.evaluate is not None and launcher is None and "--quantize" not in job.evaluate
-        code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started)
+        code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started,
+                           own_session)
         finished = run_finished(job.folder)
         if code == EXIT_INTERRUPTED or (code != 0 and stopping()):
             return Outcome(job, "interrupted", did, time.perf_counter() - begin,
@@ -199,7 +204,7 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
     if stopping():
         return Outcome(job, "interrupted", did, time.perf_counter() - begin, "stopped before its evaluation")
     code = _run_logged([sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", *evaluate_args(job)], job.log,
-                       env, started)
+                       env, started, own_session)
     return _evaluated(job, did, code, begin, stopped=stopping())
 
 

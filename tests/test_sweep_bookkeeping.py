@@ -420,3 +420,20 @@ def test_the_eta_is_unknown_until_a_run_finishes_then_lays_the_rest_onto_the_wor
     progress.start(jobs[3])
     progress.running["run-3"] -= 100
     assert progress.eta() == pytest.approx(200, abs=2)
+
+
+def test_slurm_options_map_onto_submitits_parameters():
+    from lab.sweep.slurm import minutes, slurm_parameters
+
+    assert [minutes(t) for t in ("90", "30:30", "12:00:00", "1-00", "1-02:03", "2-00:00:30")] == [
+        90, 31, 720, 1440, 1563, 2881]
+    params = slurm_parameters(["--time=01:00:00", "--cpus-per-task=8", "--gres=gpu:1", "--exclusive",
+                               "--reservation=r1"], "sweep-x", 3)
+    assert params == {"job_name": "sweep-x", "time": 60, "cpus_per_task": 8, "gres": "gpu:1", "exclusive": True,
+                      "array_parallelism": 3, "additional_parameters": {"reservation": "r1"}}
+    for options, message in ((["--time=soon"], "expected SLURM's time"), (["gres=gpu:1"], "expected --key=value"),
+                             (["--time=5", "--output=x"], "sets --output itself"), ([], "--slurm_option=--time=")):
+        with pytest.raises(RecipeError, match=message):
+            slurm_parameters(options, "x", None)
+    with pytest.raises(RecipeError, match="--slurm_array_parallelism"):
+        slurm_parameters(["--time=5"], "x", 0)

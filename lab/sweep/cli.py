@@ -5,6 +5,7 @@
     rlhf-recipes sweep sweep.yaml                      # a wandb grid sweep file (+ `recipe:`), docs/sweeps.md
     rlhf-recipes sweep outputs/sweeps/grpo-nano --report   # redraw the report of a (partly) finished sweep
     rlhf-recipes sweep recipes/grpo.yaml --grid learning_rate=1e-6,3e-6 --seeds 5 --slurm --slurm_option=--gres=gpu:1
+        --slurm_array_parallelism 4
 
 Runs land in DIR/<key=value,...>/seed-<s>/ (each with its config.yaml, metrics.jsonl, final_results.json and, with
 --evaluate, eval/sweep.json from `rlhf-recipes evaluate RUN --baseline`); their logs beside them (seed-<s>.log).
@@ -53,9 +54,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="train every run of this command again")
     parser.add_argument("--launcher", help="how each run starts, e.g. 'accelerate launch --config_file "
                         "accelerate_configs/4gpu.yaml' (default: python)")
-    parser.add_argument("--slurm", action="store_true", help="write DIR/sweep.sbatch (one job array) and sbatch it")
+    parser.add_argument("--slurm", action="store_true", help="submit the sweep as one SLURM job array (submitit; a "
+                        "task per run, requeued with a checkpoint when preempted or out of time)")
     parser.add_argument("--slurm_option", action="append", default=[], metavar="OPTION",
-                        help="an #SBATCH line for the array, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
+                        help="an sbatch option for every task, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
+    parser.add_argument("--slurm_array_parallelism", type=int, metavar="N",
+                        help="with --slurm: at most N tasks of the array at once (default: submitit's, 256)")
     return parser
 
 
@@ -137,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         with state.SweepLock(sweep_dir):
             whole = state.merged(spec, sweep_dir, args.overwrite)
             if args.slurm:
-                from lab.sweep.task import write_and_submit
+                from lab.sweep.slurm import slurm_parameters, submit
 
+                slurm_parameters(args.slurm_option, "check", args.slurm_array_parallelism)  # a bad option: now
                 for job in [] if args.overwrite else jobs:
                     check_settings(job)
                 state.save(whole, sweep_dir)
-                return write_and_submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}")
+                return submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}",
+                              args.slurm_array_parallelism)
             # the widened sweep is recorded once the kept runs are known to be the ones asked (run_plan checks)
             code, _ = run_plan([jobs], workers=args.workers, title=f"sweep {sweep_dir}", overwrite=args.overwrite,
                                launcher=args.launcher, prepare=lambda: state.save(whole, sweep_dir),
