@@ -192,7 +192,10 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
         if code == EXIT_INTERRUPTED or (code != 0 and stopping()):
             return Outcome(job, "interrupted", did, time.perf_counter() - begin,
                            "stopped during its evaluation; the next invocation evaluates it" if finished else
-                           "stopped by a signal; the next invocation resumes it from its checkpoint")
+                           "stopped by a signal; the next invocation resumes it from its checkpoint"
+                           if next_step(job) == "resume" else "stopped by a signal before its first checkpoint "
+                           "(the runner takes the signal with a save only once training has begun); the next "
+                           "invocation starts it again")
         if not finished or (code != 0 and not together):
             return Outcome(job, "failed", did, time.perf_counter() - begin,
                            f"training exited {code}" + ("" if read_results(job.folder) is not None
@@ -253,6 +256,8 @@ class Executor:
             env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
         return env
 
+    # Our own handler: concurrent.futures cannot stop work already running (cancel/shutdown drop only queued futures),
+    # and each run must get exactly ONE SIGTERM to save its checkpoint.
     def _signal(self, signum, frame) -> None:
         if self._stop.is_set():  # a second Ctrl-C: stop at once, as the runner does
             signal.signal(signum, signal.SIG_DFL)

@@ -83,7 +83,8 @@ class SweepTask(Checkpointable):
 
 
 def minutes(value: str) -> int:
-    """SLURM's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole minutes, as submitit's `time`."""
+    """SLURM's --time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in whole minutes, as submitit's `time` (ours:
+    submitit takes minutes and reads them to tell a time limit from a preemption, and parses no SLURM time)."""
     match = _TIME.fullmatch(value.strip())
     if match is None:
         raise RecipeError(f"--slurm_option=--time={value}: expected SLURM's time, e.g. 90, 12:00:00 or 1-00:00:00")
