@@ -119,7 +119,8 @@ echo 'Submitted batch job 4242'
 FAKE_SRUN = r"""#!/bin/bash
 out=/dev/stdout; err=/dev/stderr
 while [[ "$1" == --* ]]; do case "$1" in --output) out=$2; shift 2 ;; --error) err=$2; shift 2 ;; *) shift ;; esac; done
-name() { local p=${1//\%A/$SLURM_ARRAY_JOB_ID}; p=${p//\%a/$SLURM_ARRAY_TASK_ID}; p=${p//\%j/$SLURM_JOB_ID}; echo "${p//\%t/0}"; }
+name() { local p=${1//\%A/$SLURM_ARRAY_JOB_ID}; p=${p//\%a/$SLURM_ARRAY_TASK_ID}; p=${p//\%j/$SLURM_JOB_ID}
+         echo "${p//\%t/0}"; }
 exec "$@" >> "$(name "$out")" 2>> "$(name "$err")"
 """
 FAKE_SCONTROL = """#!/bin/sh
@@ -186,7 +187,8 @@ def test_a_preempted_slurm_task_checkpoints_its_run_requeues_and_the_requeued_ta
                                                                                              monkeypatch):
     """SIGUSR2 (submitit's signal, which SLURM sends to every process of the task, `--signal=USR2@90`) while the run
     trains: submitit calls the task's checkpoint, which has the run save a checkpoint and stop, then requeues the
-    task (`scontrol requeue 4242_0`); the requeued task, run again, resumes the run to the end, each step logged once."""
+    task (`scontrol requeue 4242_0`); the requeued task, run again, resumes the run to the end, each step logged
+    once."""
     out = tmp_path / "sweep"
     env = _slurm(tmp_path, monkeypatch)
     done = _sweep(capfd, DPO, "--profile", "tiny", "--max_steps", str(STEPS), "--seeds", "2", "--no-evaluate",

@@ -48,8 +48,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=None,
                         help="run `rlhf-recipes evaluate RUN --baseline` on each finished run (default: where the "
                         "family has a held-out evaluation)")
-    parser.add_argument("--metric", help="the metric the report ranks (default: the gain in held-out exact match, else the "
-                        "first held-out metric's gain, else a key training metric)")
+    parser.add_argument("--metric", help="the metric the report ranks (default: the gain in held-out exact match, "
+                        "else the first held-out metric's gain, else a key training metric)")
     parser.add_argument("--report", action="store_true", help="only (re)write the report of the sweep in TARGET")
     parser.add_argument("--overwrite", action="store_true", help="train every run of this command again")
     parser.add_argument("--launcher", help="how each run starts, e.g. 'accelerate launch --config_file "

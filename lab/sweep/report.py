@@ -194,8 +194,8 @@ def ranked_by(spec: SweepSpec, key: str | None) -> str:
         return f"{key}: the sweep's metric (--metric or the sweep file's metric.name)"
     if key == f"gain/{TASK_MEASURE}":
         return f"{key}: the default, the family's task measure (held-out exact match, minus the base's)"
-    return f"{key}: the default ({'the first held-out metric' if key.startswith('gain/') else 'no held-out evaluation'}" \
-           f", as the runs have no held-out {TASK_MEASURE})"
+    first = "the first held-out metric" if key.startswith("gain/") else "no held-out evaluation"
+    return f"{key}: the default ({first}, as the runs have no held-out {TASK_MEASURE})"
 
 
 def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from rlhf_recipes.errors import RecipeError
 from lab.executor import Job, Outcome, run_one
+from rlhf_recipes.errors import RecipeError
 
 SLURM_FOLDER = "slurm"
 STOP_WAIT_S = 75  # how long a checkpoint waits on the run: inside submitit's 90 s between its signal and the kill
@@ -102,7 +102,7 @@ def slurm_parameters(options: list[str], name: str, parallelism: int | None) -> 
     """`--slurm_option=--key=value` lines as submitit's SlurmExecutor parameters: its own where it has one
     (`--cpus-per-task=8` -> cpus_per_task=8, `--time=12:00:00` -> time=720 minutes), else additional_parameters
     (written as `#SBATCH --key=value` all the same)."""
-    from submitit.slurm.slurm import _get_default_parameters  # noqa: PLC2701  (the only list of its parameters)
+    from submitit.slurm.slurm import _get_default_parameters  # private, but submitit's only list of them
 
     known = _get_default_parameters()
     params: dict[str, object] = {"job_name": name, "additional_parameters": {}}
