@@ -9,24 +9,26 @@ A `Job` is one normal run of the runner (`recipes/run.py RECIPE ...`) in its own
   - started, without one (killed before its first save): `--overwrite`, from the start;
   - new: a plain start.
 A folder whose run has other settings than the job's is refused before anything runs (`check_settings`).
-`Executor` runs jobs on W worker processes at once (threads per run split so workers x threads <= cores; one GPU
-each where GPUs are visible), shows a live table, keeps going when a run fails, and on Ctrl-C / SIGTERM tells
-every running run to save a checkpoint and stop (the next invocation resumes them).
+`Executor` runs jobs W at once (threads per run split so workers x threads <= cores; one GPU each where GPUs are
+visible): concurrent.futures' thread pool, each worker thread waiting on its run's process (the runs are the
+runner's own command lines, not Python callables, so a ProcessPoolExecutor does not serve). It shows a live table,
+keeps going when a run fails, and on Ctrl-C / SIGTERM sends every running run ONE SIGTERM (it saves a checkpoint and
+stops; the next invocation resumes it).
 Each job's output (training, then evaluation) goes to `<folder>.log` beside its folder: it survives the runner's
 --overwrite, which replaces the folder's content.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -59,12 +61,6 @@ class Job:
     @property
     def eval_output(self) -> Path:
         return self.folder / "eval" / f"{self.eval_name}.json"
-
-    @classmethod
-    def from_json(cls, row: dict) -> Job:
-        """The job that dataclasses.asdict wrote as JSON (e.g. a SLURM array's sweep_jobs.json)."""
-        return cls(**{**row, "folder": Path(row["folder"]), "train": tuple(row["train"]),
-                      "evaluate": None if row["evaluate"] is None else tuple(row["evaluate"])})
 
 
 @dataclass
@@ -120,45 +116,44 @@ def evaluate_args(job: Job) -> list[str]:
     return [str(job.folder), "--baseline", "--output", str(job.eval_output), *(job.evaluate or ())]
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# The child's first act before it becomes the run: prctl(PR_SET_PDEATHSIG, SIGTERM), then exec. A tiny Python of
+# its own, not subprocess's preexec_fn: preexec_fn is unsafe in a process with threads (Python's subprocess docs),
+# and the executor starts every run from a worker thread. It also ignores SIGUSR2, submitit's preemption signal,
+# which SLURM may send to every process of the task: the task forwards ONE SIGTERM to the run (lab/sweep/slurm.py).
+_END_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"  # 1: PR_SET_PDEATHSIG
+    "if os.getppid() != int(sys.argv[1]): sys.exit(143)\n"  # the parent died before the prctl: nobody would signal
+    "signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 
-def end_with_this_process() -> Callable[[], None] | None:
-    """A preexec_fn after which the kernel sends the child SIGTERM when this process dies, however it dies
-    (SIGKILL, the OOM killer): a killed sweep leaves no run training on (and holding GPU memory) as an orphan.
+def ending_with_this_process(command: list[str]) -> list[str]:
+    """`command`, started so that the kernel sends it SIGTERM when this process dies, however it dies (SIGKILL, the
+    OOM killer): a killed sweep leaves no run training on (and holding GPU memory) as an orphan.
 
-    Linux's prctl(PR_SET_PDEATHSIG), chosen over a process group with a watchdog: the kernel itself acts at the
-    moment of death, with no extra process that could die too or be killed with the sweep, and no polling. Its
-    limits, and why they hold here: the signal reaches the direct child only (the runner, or a launcher such as
-    accelerate/torchrun, which pass SIGTERM on to their ranks); it fires when the THREAD that started the child
-    ends (each worker thread waits on its child for the child's whole life). SIGTERM, not SIGKILL: the runner
-    saves a checkpoint and stops, so the next invocation resumes. None where prctl does not exist (not Linux)."""
+    PR_SET_PDEATHSIG, kept over a process group killed on exit (start_new_session + killpg in a finally/atexit):
+    no exit code of ours runs when the sweep is SIGKILLed, and the kernel acts at the moment of death with no
+    watchdog process that could die too. It survives the exec (the flag is cleared only for set-uid binaries) and
+    fires when the THREAD that started the child ends (each worker thread waits on its child for the child's whole
+    life); it reaches the direct child only (the runner, or a launcher such as accelerate/torchrun, which pass
+    SIGTERM on to their ranks). SIGTERM, not SIGKILL: the runner saves a checkpoint and stops, so the next
+    invocation resumes. Unchanged where prctl does not exist (not Linux)."""
     if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent:  # this process died between the fork and the prctl: nobody would signal
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
+        return command
+    return [sys.executable, "-S", "-c", _END_WITH_PARENT, str(os.getpid()), *command]
 
 
 def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
-                started: Callable[[subprocess.Popen | None], None] | None) -> int:
+                started: Callable[[subprocess.Popen | None], None] | None, own_session: bool) -> int:
     with open(log, "a", encoding="utf-8") as out:
         out.write(command_header(command))
         out.flush()
-        # Under the Executor (`started` given) a session of its own: Ctrl-C in the terminal reaches the executor,
-        # which forwards ONE signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a
-        # SLURM task) the run stays in the caller's process group and gets the terminal's or scheduler's signals.
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=started is not None, preexec_fn=end_with_this_process())
+        # Under the Executor a session of its own: Ctrl-C in the terminal reaches the executor, which forwards ONE
+        # signal (a second one would skip the run's checkpoint save). Alone (the pipeline, a SLURM task) the run
+        # stays in the caller's process group and gets the terminal's or scheduler's signals.
+        proc = subprocess.Popen(ending_with_this_process(command), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=own_session)
         started = started or (lambda proc: None)
         started(proc)
         try:
@@ -169,8 +164,12 @@ def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
 
 def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = None,
             started: Callable[[subprocess.Popen | None], None] | None = None,
-            stopping: Callable[[], bool] = lambda: False, overwrite: bool = False) -> Outcome:
-    """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why."""
+            stopping: Callable[[], bool] = lambda: False, overwrite: bool = False,
+            own_session: bool | None = None) -> Outcome:
+    """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why.
+    `started(proc)` / `started(None)` as each process starts and ends; own_session (default: when `started` is
+    given, as the Executor's runs are) starts them in a session of their own."""
+    own_session = started is not None if own_session is None else own_session
     begin = time.perf_counter()
     step = next_step(job, overwrite)
     if step == "done":
@@ -187,12 +186,16 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
         # One process for both unless a launcher starts the run, or the evaluation quantizes (the run's process
         # leaves bitsandbytes out unless the run itself loads quantized weights: quiet.leave_out_unused).
         together = job.evaluate is not None and launcher is None and "--quantize" not in job.evaluate
-        code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started)
+        code = _run_logged(train_command(job, step, launcher, then_evaluate=together), job.log, env, started,
+                           own_session)
         finished = run_finished(job.folder)
         if code == EXIT_INTERRUPTED or (code != 0 and stopping()):
             return Outcome(job, "interrupted", did, time.perf_counter() - begin,
                            "stopped during its evaluation; the next invocation evaluates it" if finished else
-                           "stopped by a signal; the next invocation resumes it from its checkpoint")
+                           "stopped by a signal; the next invocation resumes it from its checkpoint"
+                           if next_step(job) == "resume" else "stopped by a signal before its first checkpoint "
+                           "(the runner takes the signal with a save only once training has begun); the next "
+                           "invocation starts it again")
         if not finished or (code != 0 and not together):
             return Outcome(job, "failed", did, time.perf_counter() - begin,
                            f"training exited {code}" + ("" if read_results(job.folder) is not None
@@ -204,7 +207,7 @@ def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = 
     if stopping():
         return Outcome(job, "interrupted", did, time.perf_counter() - begin, "stopped before its evaluation")
     code = _run_logged([sys.executable, "-m", "rlhf_recipes.tools.cli", "evaluate", *evaluate_args(job)], job.log,
-                       env, started)
+                       env, started, own_session)
     return _evaluated(job, did, code, begin, stopped=stopping())
 
 
@@ -253,6 +256,8 @@ class Executor:
             env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
         return env
 
+    # Our own handler: concurrent.futures cannot stop work already running (cancel/shutdown drop only queued futures),
+    # and each run must get exactly ONE SIGTERM to save its checkpoint.
     def _signal(self, signum, frame) -> None:
         if self._stop.is_set():  # a second Ctrl-C: stop at once, as the runner does
             signal.signal(signum, signal.SIG_DFL)
@@ -272,8 +277,9 @@ class Executor:
         from lab.progress import Progress
 
         gpus = visible_gpus()
-        slots = list(range(self.workers))
-        slot_lock = threading.Lock()
+        slots: queue.SimpleQueue[int] = queue.SimpleQueue()  # a worker's slot: its GPU where GPUs are pinned
+        for slot in range(self.workers):
+            slots.put(slot)
         progress = Progress(jobs, self.workers, self.title)
 
         def work(job: Job) -> Outcome:
@@ -281,8 +287,7 @@ class Executor:
                 return Outcome(job, "interrupted", "nothing", 0.0, "not started: the sweep was stopped")
             if next_step(job, self.overwrite) == "done":
                 return Outcome(job, "finished", "nothing")
-            with slot_lock:
-                slot = slots.pop()
+            slot = slots.get()
             progress.start(job)
 
             def started(proc):
@@ -299,26 +304,21 @@ class Executor:
             except Exception as e:  # noqa: BLE001  (a folder we cannot read or write: this run fails, others go on)
                 return Outcome(job, "failed", "nothing", 0.0, f"{type(e).__name__}: {e}")
             finally:
-                with slot_lock:
-                    slots.append(slot)
+                slots.put(slot)
 
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM)}
         outcomes: list[Outcome] = []
         try:
+            # as_completed blocks on a lock that signals interrupt (their handler runs here, in the main thread);
+            # the table redraws itself (Progress's Live), so nothing here polls
             with progress, ThreadPoolExecutor(max_workers=self.workers) as pool:
-                pending = {pool.submit(work, job) for job in jobs}
-                while pending:
-                    done = {f for f in pending if f.done()}
-                    for future in done:
-                        outcome = future.result()
-                        outcomes.append(outcome)
-                        progress.finish(outcome)
-                        on_finish(outcome)
-                    pending -= done
-                    progress.refresh()
-                    time.sleep(0.2 if pending else 0)
+                for future in as_completed([pool.submit(work, job) for job in jobs]):
+                    outcome = future.result()
+                    outcomes.append(outcome)
+                    progress.finish(outcome)
+                    on_finish(outcome)
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)

@@ -1,10 +1,13 @@
 """The executor's live view: queued / running / finished / failed, elapsed, ETA, and the runs in flight.
 
-In a terminal, a rich table redrawn in place; in a log or CI (no terminal), one line per run that starts or ends.
+In a terminal, a rich table that redraws itself (rich's Live, twice a second); in a log or CI (no terminal), one
+line per run that starts or ends. The ETA is "unknown" until a run that trained in this invocation has finished;
+then each run is taken to last their mean wall time, and the queued runs are laid onto the workers as they free.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 
@@ -32,7 +35,7 @@ class Progress:
         self.ended: list[tuple[str, str, float, str | None]] = []  # (name, status, wall, error)
         self.walls: list[float] = []  # runs that did work in this invocation: the ETA's unit
         self._lock = threading.Lock()
-        self._live = Live(console=self.console, refresh_per_second=2, transient=False) \
+        self._live = Live(console=self.console, refresh_per_second=2, transient=False, get_renderable=self.render) \
             if self.console.is_terminal else None
 
     def __enter__(self):
@@ -42,8 +45,7 @@ class Progress:
 
     def __exit__(self, *exc):
         if self._live is not None:
-            self._live.update(self.render())
-            self._live.__exit__(*exc)
+            self._live.__exit__(*exc)  # its last redraw shows the final counts
         return False
 
     def counts(self) -> dict[str, int]:
@@ -53,13 +55,21 @@ class Progress:
                 "interrupted": statuses.count("interrupted"), "still running": statuses.count("still running")}
 
     def eta(self) -> float | None:
+        """Seconds until every run has ended; None (unknown) before any run that did work has finished."""
         c = self.counts()
-        if not self.walls or c["queued"] + c["running"] == 0:
-            return None if c["queued"] + c["running"] else 0.0
+        if c["queued"] + c["running"] == 0:
+            return 0.0
+        if not self.walls:
+            return None
         mean = sum(self.walls) / len(self.walls)
         now = time.monotonic()
-        left_running = sum(max(0.0, mean - (now - t)) for t in self.running.values())
-        return (left_running + c["queued"] * mean) / self.workers
+        with self._lock:  # each worker's time until it is free: a running run's expected rest, else now
+            free = [max(0.0, mean - (now - t)) for t in self.running.values()]
+        free += [0.0] * max(0, self.workers - len(free))
+        heapq.heapify(free)
+        for _ in range(c["queued"]):  # the next queued run goes to the worker that frees first
+            heapq.heappush(free, heapq.heappop(free) + mean)
+        return max(free)
 
     def summary(self) -> str:
         c = self.counts()
@@ -69,7 +79,10 @@ class Progress:
             line += f", {c['interrupted']} interrupted"
         if c["still running"]:  # held by another live process (executor.run_one): not failed, not ours to run
             line += f", {c['still running']} still running elsewhere"
-        return line + f"; elapsed {clock(time.monotonic() - self.started_at)}, ETA {clock(self.eta())}"
+        eta = self.eta()
+        per_run = f" (runs take ~{clock(sum(self.walls) / len(self.walls))})" if self.walls and eta else ""
+        return line + (f"; elapsed {clock(time.monotonic() - self.started_at)}, "
+                       f"ETA {'unknown until a run finishes' if eta is None else clock(eta)}{per_run}")
 
     def start(self, job) -> None:
         with self._lock:
@@ -82,8 +95,8 @@ class Progress:
         with self._lock:
             self.running.pop(name, None)
             self.ended.append((name, outcome.status, outcome.wall_s, outcome.error))
-            if outcome.did != "nothing" and outcome.status == "finished":
-                self.walls.append(outcome.wall_s)
+            if outcome.did in ("trained", "resumed", "restarted") and outcome.status == "finished":
+                self.walls.append(outcome.wall_s)  # not an evaluation alone: far shorter than a run
         if self._live is None:
             what = "already done" if outcome.did == "nothing" else f"{outcome.did}, {clock(outcome.wall_s)}"
             error = f": {outcome.error}" if outcome.error else ""
@@ -101,7 +114,3 @@ class Progress:
                 style = {"failed": "red", "interrupted": "yellow", "still running": "yellow"}.get(status, "green")
                 table.add_row(name, f"[{style}]{status}[/]", clock(wall))
         return Group(table)
-
-    def refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self.render())

@@ -334,18 +334,96 @@ def test_report_numbers_match_a_hand_computation(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
 
 
-def test_report_mode_redraws_a_sweep_folder(tmp_path, capsys):
+def test_report_mode_redraws_a_sweep_folder_ranked_by_the_task_measure_into_out(tmp_path, capsys):
+    """The default ranked metric is the task's held-out exact match (not DPO's implicit preference accuracy, which
+    may rise while the task falls), the report says so; --metric re-ranks; --out writes the report elsewhere."""
     from lab.sweep.cli import main
 
     s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1"]}, seeds=[0, 1])
     state.save(s, tmp_path)
     for seed in (0, 1):
         _fake_run(tmp_path / "beta=0.1" / f"seed-{seed}", evaluated=True,
-                  gains={"implicit_accuracy": 0.1 * seed, "exact_match": -0.2 * seed})
+                  gains={"implicit_accuracy": 0.1 * seed, "exact_match": -0.2 * seed + 0.1})
     assert main([str(tmp_path), "--report"]) == 0
-    assert "0: +0, 1: +0.1" in capsys.readouterr().out and (tmp_path / "sweep.txt").exists()
-    assert main([str(tmp_path), "--report", "--metric", "exact_match"]) == 0  # re-ranked by another metric
-    assert "gain/exact_match" in capsys.readouterr().out and "gain/exact_match" in (tmp_path / "sweep.txt").read_text()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0: +0.1, 1: -0.1" in out and "ranked by gain/exact_match: the default, the family's task measure" in out
     report = json.loads((tmp_path / "sweep.json").read_text())
-    assert report["key_metric"] == "gain/exact_match"
-    assert report["cells"][0]["metrics"]["gain/exact_match"]["mean"] == pytest.approx(-0.1)
+    assert report["key_metric"] == "gain/exact_match" and report["cells"][0]["learns"] is False
+    assert main([str(tmp_path), "--report", "--metric", "implicit_accuracy"]) == 0  # re-ranked by another metric
+    assert "0: +0, 1: +0.1" in capsys.readouterr().out
+    report = json.loads((tmp_path / "sweep.txt").with_suffix(".json").read_text())
+    assert report["key_metric"] == "gain/implicit_accuracy"
+    assert report["cells"][0]["metrics"]["gain/implicit_accuracy"]["mean"] == pytest.approx(0.05)
+    elsewhere = tmp_path / "elsewhere"
+    before = (tmp_path / "sweep.json").read_text()
+    assert main([str(tmp_path), "--report", "--out", str(elsewhere)]) == 0
+    assert f"wrote {elsewhere / 'sweep.json'}" in capsys.readouterr().out
+    assert json.loads((elsewhere / "sweep.json").read_text())["key_metric"] == "gain/exact_match"
+    assert (elsewhere / "sweep.png").exists() and (tmp_path / "sweep.json").read_text() == before
+    assert main([str(tmp_path), "--out", str(elsewhere)]) == 2  # running a sweep folder: --out would be ignored
+    assert "a sweep folder runs in place" in capsys.readouterr().err
+
+
+def test_held_out_values_pairs_and_the_figure_carry_the_interval_over_seeds_and_problems(tmp_path, monkeypatch):
+    """Three seeds that agree on every problem (seed std 0): the held-out value's interval is not the zero-width
+    seed interval but the one over seeds and problems, as the gain's is; the pair of cells too; sweep.png's legend
+    names that interval, not "over seeds"."""
+    from test_gain_interval import _evaluated_run
+
+    from lab.stats import gain_interval
+    from lab.sweep import plot as sweep_plot
+
+    s = spec.SweepSpec(recipe=DPO, profile="tiny", grid={"beta": ["0.1", "0.5"]}, seeds=[0, 1, 2])
+    for seed in range(3):
+        _evaluated_run(tmp_path / "beta=0.1" / f"seed-{seed}", [1, 0, 1, 0], [0, 0, 0, 0])
+        _evaluated_run(tmp_path / "beta=0.5" / f"seed-{seed}", [1, 1, 1, 0], [0, 0, 0, 0])
+    result = report.build(s, tmp_path)
+    cells = {c["cell"]: c["metrics"] for c in result["cells"]}
+    held = cells["beta=0.1"]["heldout/exact_match"]
+    assert held["std"] == 0.0 and held["over"] == "seeds and problems"
+    assert held["low"] == pytest.approx(gain_interval([[1, 0, 1, 0]] * 3)["low"]) and held["low"] < held["high"]
+    assert cells["beta=0.1"]["final/loss"]["over"] == "seeds"  # a training value: no problems
+    (pair,) = result["pairs"]
+    assert pair["over"] == "seeds and problems" and pair["low"] == pytest.approx(
+        gain_interval([[0, 1, 0, 0]] * 3)["low"])
+    text = " ".join(report.text(result).split())
+    assert "[95%] of gain/exact_match, heldout/exact_match, a - b: over seeds and problems" in text
+    labels = []
+    monkeypatch.setattr(sweep_plot, "save_figure", lambda fig, path, title: labels.extend(
+        t.get_text() for axis in fig.axes if axis.get_legend() for t in axis.get_legend().get_texts()))
+    sweep_plot.plot(result, tmp_path, tmp_path / "sweep.png")
+    assert "mean (95% interval over seeds and problems)" in labels, labels
+
+
+def test_the_eta_is_unknown_until_a_run_finishes_then_lays_the_rest_onto_the_workers():
+    """4 runs of ~5 min on 2 workers: no ETA before one has finished; with one run left, 100 s into it, 200 s (it
+    was 100 s: the running run's rest divided by the 2 workers, as 1:41 was for runs of 5+ min)."""
+    from lab.executor import Outcome
+    from lab.progress import Progress
+
+    jobs = [Job(f"run-{i}", Path(f"/nowhere/run-{i}"), (DPO,)) for i in range(4)]
+    progress = Progress(jobs, 2, "sweep")
+    assert progress.eta() is None and "ETA unknown until a run finishes" in progress.summary()
+    for job in jobs[:3]:
+        progress.start(job)
+        progress.finish(Outcome(job, "finished", "trained", 300.0))
+    progress.start(jobs[3])
+    progress.running["run-3"] -= 100
+    assert progress.eta() == pytest.approx(200, abs=2)
+
+
+def test_slurm_options_map_onto_submitits_parameters():
+    from lab.sweep.slurm import minutes, slurm_parameters
+
+    assert [minutes(t) for t in ("90", "30:30", "12:00:00", "1-00", "1-02:03", "2-00:00:30")] == [
+        90, 31, 720, 1440, 1563, 2881]
+    params = slurm_parameters(["--time=01:00:00", "--cpus-per-task=8", "--gres=gpu:1", "--exclusive",
+                               "--reservation=r1"], "sweep-x", 3)
+    assert params == {"job_name": "sweep-x", "time": 60, "cpus_per_task": 8, "gres": "gpu:1", "exclusive": True,
+                      "array_parallelism": 3, "additional_parameters": {"reservation": "r1"}}
+    for options, message in ((["--time=soon"], "expected SLURM's time"), (["gres=gpu:1"], "expected --key=value"),
+                             (["--time=5", "--output=x"], "sets --output itself"), ([], "--slurm_option=--time=")):
+        with pytest.raises(RecipeError, match=message):
+            slurm_parameters(options, "x", None)
+    with pytest.raises(RecipeError, match="--slurm_array_parallelism"):
+        slurm_parameters(["--time=5"], "x", 0)

@@ -1,6 +1,7 @@
 """`rlhf-recipes sweep` for real on the tiny profile: a 2 x 2 DPO sweep on 2 workers (evaluated, resumable,
 widened by a seed), a sweep stopped by SIGTERM that the same command resumes from the runs' checkpoints, and the
-SLURM array written, submitted to a fake `sbatch` on PATH, and one of its tasks run as SLURM would."""
+SLURM array submitted through submitit to a fake `sbatch` on PATH, one of its tasks run as SLURM would, and a task
+preempted, requeued and resumed."""
 
 from __future__ import annotations
 
@@ -108,34 +109,114 @@ def test_a_stopped_sweep_resumes_its_runs_from_their_checkpoints(tmp_path):
     assert steps == list(range(1, STEPS + 1))
 
 
-def test_slurm_writes_one_job_array_submits_it_and_a_task_runs_as_slurm_would(tmp_path, capfd):
-    out = tmp_path / "sweep"
+# Stand-ins for SLURM's commands (submitit calls sbatch to submit, needs srun on PATH, and its task requeues itself
+# with scontrol): sbatch records its file and answers as sbatch does; srun runs the command into its --output and
+# --error files.
+FAKE_SBATCH = """#!/bin/sh
+echo "$@" >> "$SBATCH_CALLS"
+echo 'Submitted batch job 4242'
+"""
+FAKE_SRUN = r"""#!/bin/bash
+out=/dev/stdout; err=/dev/stderr
+while [[ "$1" == --* ]]; do case "$1" in --output) out=$2; shift 2 ;; --error) err=$2; shift 2 ;; *) shift ;; esac; done
+name() { local p=${1//\%A/$SLURM_ARRAY_JOB_ID}; p=${p//\%a/$SLURM_ARRAY_TASK_ID}; p=${p//\%j/$SLURM_JOB_ID}
+         echo "${p//\%t/0}"; }
+exec "$@" >> "$(name "$out")" 2>> "$(name "$err")"
+"""
+FAKE_SCONTROL = """#!/bin/sh
+echo "$@" >> "$REQUEUES"
+"""
+
+
+def _slurm(tmp_path: Path, monkeypatch) -> dict[str, str]:
+    """An environment whose PATH has the fake sbatch, srun and scontrol (their files named in this process's too)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    calls = tmp_path / "sbatch_calls"
-    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho 'Submitted batch job 4242'\n")
-    (bin_dir / "sbatch").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("SBATCH_CALLS", str(tmp_path / "sbatch_calls"))
+    monkeypatch.setenv("REQUEUES", str(tmp_path / "requeues"))
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _as_slurm_runs(task: int, array: str = "4242") -> dict[str, str]:
+    """What SLURM sets for array task `task` of a one-node, one-task job, as submitit's SlurmJobEnvironment reads it."""
+    return {"SLURM_JOB_ID": str(int(array) + 1 + task), "SLURM_ARRAY_JOB_ID": array, "SLURM_ARRAY_TASK_ID": str(task),
+            "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "1",
+            "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node1"}
+
+
+def test_slurm_submits_one_job_array_through_submitit_and_a_task_runs_as_slurm_would(tmp_path, capfd,
+                                                                                       monkeypatch):
+    out = tmp_path / "sweep"
+    env = _slurm(tmp_path, monkeypatch)
     done = _sweep(capfd, DPO, "--profile", "tiny", "--grid", "beta=0.05,0.5", "--seeds", "2", "--no-evaluate",
                   "--out", str(out), "--slurm", "--slurm_option=--gres=gpu:1", "--slurm_option=--time=01:00:00",
-                  path=env["PATH"])
+                  "--slurm_option=--exclusive", "--slurm_array_parallelism", "2", path=env["PATH"])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Submitted batch job 4242" in done.stdout
-    sbatch = out / "sweep.sbatch"
-    assert calls.read_text().split() == [str(sbatch)]
-    text = sbatch.read_text()
-    assert "#SBATCH --array=0-3" in text and "#SBATCH --gres=gpu:1" in text and "#SBATCH --time=01:00:00" in text
+    assert "submitted job array 4242: 4 task(s)" in done.stdout
+    (submitted,) = Path(env["SBATCH_CALLS"]).read_text().split()
+    text = Path(submitted).read_text()
+    for line in ("#SBATCH --array=0-3%2", "#SBATCH --gres=gpu:1", "#SBATCH --time=60", "#SBATCH --exclusive",
+                 "#SBATCH --signal=USR2@90", "-m submitit.core._submit"):
+        assert line in text, text
     assert not list(out.glob("*/seed-*/config.yaml"))  # submitting trains nothing here
 
-    # Task 2 as SLURM runs it: the script, with SLURM_ARRAY_TASK_ID set.
-    task = subprocess.run(["bash", str(sbatch)], env={**env, "SLURM_ARRAY_TASK_ID": "2"}, capture_output=True,
-                          text=True, timeout=600, check=False)
+    # Task 2 as SLURM runs it: the submitted file, with the array task's environment.
+    task = subprocess.run(["bash", submitted], env={**env, **_as_slurm_runs(2)}, capture_output=True, text=True,
+                          timeout=600, check=False)
     assert task.returncode == 0, task.stdout[-2000:] + task.stderr[-2000:]
-    jobs = json.loads((out / "sweep_jobs.json").read_text())["jobs"]
-    ran = Path(jobs[2]["folder"])
-    assert ran == (out / "beta=0.5" / "seed-0").resolve() and (ran / "final_results.json").exists()
     assert [p for p in out.glob("*/seed-*/final_results.json")] == [out / "beta=0.5" / "seed-0" / "final_results.json"]
+    assert "finished beta=0.5/seed-0 (trained" in (out / "slurm" / "4242_2_0_log.out").read_text()
+    assert (out / "slurm" / "4242_2_0_result.pkl").exists()  # submitit's record of the task's success
 
+    bad = _sweep(capfd, DPO, "--profile", "tiny", "--no-evaluate", "--out", str(tmp_path / "bad"), "--slurm",
+                 "--slurm_option=--array=0-9", path=env["PATH"])
+    assert bad.returncode == 2 and "the sweep sets --array itself" in bad.stderr
+    untimed = _sweep(capfd, DPO, "--profile", "tiny", "--no-evaluate", "--out", str(tmp_path / "bad"), "--slurm",
+                     path=env["PATH"])  # submitit's default, 5 minutes, would kill every run early
+    assert untimed.returncode == 2 and "--slurm_option=--time=" in untimed.stderr and untimed.stderr.count("\n") == 1
     without = _sweep(capfd, DPO, "--profile", "tiny", "--no-evaluate", "--out", str(tmp_path / "other"), "--slurm",
-                     path="/usr/bin:/bin")
-    assert without.returncode == 0 and "sbatch is not on PATH" in without.stdout
+                     "--slurm_option=--time=30", path="/usr/bin:/bin")
+    assert without.returncode == 0 and "run this same command on a SLURM login node" in without.stdout
+
+
+@pytest.mark.slow  # 40 tiny steps, preempted after 5 and requeued, then resumed to the end: ~1-2 min
+def test_a_preempted_slurm_task_checkpoints_its_run_requeues_and_the_requeued_task_resumes_it(tmp_path, capfd,
+                                                                                             monkeypatch):
+    """SIGUSR2 (submitit's signal, which SLURM sends to every process of the task, `--signal=USR2@90`) while the run
+    trains: submitit calls the task's checkpoint, which has the run save a checkpoint and stop, then requeues the
+    task (`scontrol requeue 4242_0`); the requeued task, run again, resumes the run to the end, each step logged
+    once."""
+    out = tmp_path / "sweep"
+    env = _slurm(tmp_path, monkeypatch)
+    done = _sweep(capfd, DPO, "--profile", "tiny", "--max_steps", str(STEPS), "--seeds", "2", "--no-evaluate",
+                  "--out", str(out), "--slurm", "--slurm_option=--time=30", path=env["PATH"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    (submitted,) = Path(env["SBATCH_CALLS"]).read_text().split()
+    # the batch shell itself is not signalled (SLURM signals the task's processes): it ignores USR2 here
+    task = subprocess.Popen(["bash", "-c", 'trap "" USR2; exec bash "$0"', submitted], env={**env, **_as_slurm_runs(0)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    metrics = out / "default" / "seed-0" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(read_metrics(metrics)) < 5:
+        assert task.poll() is None, task.communicate()[0][-3000:]
+        time.sleep(0.5)
+    assert len(read_metrics(metrics)) >= 5, "the run never started logging"
+    os.killpg(task.pid, signal.SIGUSR2)  # every process of the task: submitit's, and the run's (which ignores it)
+    task.communicate(timeout=240)
+    log = (out / "slurm" / "4242_0_0_log.out").read_text() + (out / "slurm" / "4242_0_0_log.err").read_text()
+    assert Path(env["REQUEUES"]).read_text().split() == ["requeue", "4242_0"], log[-3000:]
+    run = out / "default" / "seed-0"
+    results = json.loads((run / "final_results.json").read_text())
+    assert results["status"] == "interrupted" and results["steps"] < STEPS, log[-3000:]
+    assert (run / f"checkpoint-{results['steps']}").is_dir()
+
+    again = subprocess.run(["bash", submitted], env={**env, **_as_slurm_runs(0)}, capture_output=True, text=True,
+                           timeout=600, check=False)  # the requeued task: same job id, the checkpointed pickle
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    commands = [c.splitlines()[0] for c in (out / "default" / "seed-0.log").read_text().split("\n$ ")[1:]]
+    assert "--resume" in commands[-1]
+    assert json.loads((run / "final_results.json").read_text())["steps"] == STEPS
+    assert [r["step"] for r in read_metrics(metrics) if "loss" in r] == list(range(1, STEPS + 1))

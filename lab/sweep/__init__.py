@@ -4,5 +4,5 @@ array.
   spec.py   what a sweep is: recipe, grid, seeds; from flags or a wandb grid sweep file; checked up front
   state.py  the folder's recorded sweep and its lock     cli.py    the command
   report.py sweep.json / sweep.txt from the run folders  plot.py   sweep.png
-  task.py   --slurm: one sbatch job array, and each of its tasks
+  slurm.py  --slurm: one job array through submitit, each task a run, requeued with a checkpoint
 """

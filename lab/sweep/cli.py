@@ -5,14 +5,16 @@
     rlhf-recipes sweep sweep.yaml                      # a wandb grid sweep file (+ `recipe:`), docs/sweeps.md
     rlhf-recipes sweep outputs/sweeps/grpo-nano --report   # redraw the report of a (partly) finished sweep
     rlhf-recipes sweep recipes/grpo.yaml --grid learning_rate=1e-6,3e-6 --seeds 5 --slurm --slurm_option=--gres=gpu:1
+        --slurm_array_parallelism 4
 
 Runs land in DIR/<key=value,...>/seed-<s>/ (each with its config.yaml, metrics.jsonl, final_results.json and, with
 --evaluate, eval/sweep.json from `rlhf-recipes evaluate RUN --baseline`); their logs beside them (seed-<s>.log).
 Any other --KEY VALUE is a recipe override for every run (checked like the runner checks it). The same command
 again runs only what has not finished: interrupted runs resume from their checkpoint, finished ones are never
 re-run, added values or seeds add runs. DIR/sweep.json, sweep.txt and sweep.png are rewritten as runs finish:
-per cell the mean, seed std and a 95% interval over seeds of every metric; per pair of cells the difference in
-the key metric with its interval (docs/sweeps.md says how little 2-3 seeds tell).
+per cell the mean, seed std and 95% interval of every metric (over seeds and problems for held-out ones, over
+seeds for training values); per pair of cells the difference in the key metric with its interval; ranked by the
+task's held-out exact match unless --metric says otherwise (docs/sweeps.md says how little 2-3 seeds tell).
 Exit code: 0 every run finished, 1 some failed (listed with their logs), 130 interrupted, 2 bad input.
 """
 
@@ -41,18 +43,23 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, help="training seeds per cell (default 1): seeds FIRST..FIRST+N-1")
     parser.add_argument("--first_seed", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--workers", type=int, help="runs at once (default: one per core, or one per GPU)")
-    parser.add_argument("--out", type=Path, help="the sweep's folder (default outputs/sweeps/<recipe>[-<profile>])")
+    parser.add_argument("--out", type=Path, help="the sweep's folder (default outputs/sweeps/<recipe>[-<profile>]); "
+                        "with --report on a sweep folder: where the report is written")
     parser.add_argument("--evaluate", action=argparse.BooleanOptionalAction, default=None,
                         help="run `rlhf-recipes evaluate RUN --baseline` on each finished run (default: where the "
                         "family has a held-out evaluation)")
-    parser.add_argument("--metric", help="the metric the report ranks (default: the held-out gain, else a key metric)")
+    parser.add_argument("--metric", help="the metric the report ranks (default: the gain in held-out exact match, "
+                        "else the first held-out metric's gain, else a key training metric)")
     parser.add_argument("--report", action="store_true", help="only (re)write the report of the sweep in TARGET")
     parser.add_argument("--overwrite", action="store_true", help="train every run of this command again")
     parser.add_argument("--launcher", help="how each run starts, e.g. 'accelerate launch --config_file "
                         "accelerate_configs/4gpu.yaml' (default: python)")
-    parser.add_argument("--slurm", action="store_true", help="write DIR/sweep.sbatch (one job array) and sbatch it")
+    parser.add_argument("--slurm", action="store_true", help="submit the sweep as one SLURM job array (submitit; a "
+                        "task per run, requeued with a checkpoint when preempted or out of time)")
     parser.add_argument("--slurm_option", action="append", default=[], metavar="OPTION",
-                        help="an #SBATCH line for the array, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
+                        help="an sbatch option for every task, e.g. --slurm_option=--gres=gpu:1 (repeatable)")
+    parser.add_argument("--slurm_array_parallelism", type=int, metavar="N",
+                        help="with --slurm: at most N tasks of the array at once (default: submitit's, 256)")
     return parser
 
 
@@ -70,6 +77,9 @@ def read_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[SweepSpec
         if args.grid or overrides or args.seeds:
             raise RecipeError(f"{target}: a sweep folder runs as recorded; to widen it, run the recipe again with "
                               f"--out {target} and the new --grid values or --seeds")
+        if args.out is not None and not args.report:
+            raise RecipeError(f"--out {args.out}: a sweep folder runs in place ({target}); drop --out (with "
+                              "--report, --out is where the report is written)")
         return spec, target
     data = read_yaml(str(target))
     if "algorithm" in data:  # a recipe
@@ -112,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
-            print(report.write(recorded, sweep_dir), end="")
+            # a sweep folder's report into --out (the runs are read where they are), else into the folder
+            into = args.out if args.out is not None and Path(args.target).is_dir() else sweep_dir
+            print(report.write(recorded, sweep_dir, into), end="")
+            print(f"wrote {into / 'sweep.json'}, {into / 'sweep.txt'}, {into / 'sweep.png'}")
             return 0
         try:
             sweep_spec.check(spec)
@@ -128,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         with state.SweepLock(sweep_dir):
             whole = state.merged(spec, sweep_dir, args.overwrite)
             if args.slurm:
-                from lab.sweep.task import write_and_submit
+                from lab.sweep.slurm import slurm_parameters, submit
 
+                slurm_parameters(args.slurm_option, "check", args.slurm_array_parallelism)  # a bad option: now
                 for job in [] if args.overwrite else jobs:
                     check_settings(job)
                 state.save(whole, sweep_dir)
-                return write_and_submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}")
+                return submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}",
+                              args.slurm_array_parallelism)
             # the widened sweep is recorded once the kept runs are known to be the ones asked (run_plan checks)
             code, _ = run_plan([jobs], workers=args.workers, title=f"sweep {sweep_dir}", overwrite=args.overwrite,
                                launcher=args.launcher, prepare=lambda: state.save(whole, sweep_dir),

@@ -59,8 +59,10 @@ def plot(report: dict[str, Any], sweep_dir: Path, path: Path) -> None:
             mean = [p[1]["mean"] for p in points]
             low = [p[1]["mean"] - p[1]["low"] if p[1]["low"] is not None else 0 for p in points]
             high = [p[1]["high"] - p[1]["mean"] if p[1]["high"] is not None else 0 for p in points]
+            # the interval the table and sweep.json give (report.aggregate), named as they name it
+            over = " / ".join(sorted({p[1].get("over", "seeds") for p in points if p[1]["low"] is not None}))
             axis.errorbar([p[0] for p in points], mean, yerr=[low, high], marker="o", capsize=4, color=f"C{n}",
-                          label=(rest or "mean") + " (95% interval over seeds)")
+                          label=(rest or "mean") + (f" (95% interval over {over})" if over else " (one seed)"))
     axis.set_xticks(range(len(xs)), xs)
     meaning = {"gain": "\n(evaluated minus baseline, same held-out problems)", "heldout": "\n(held-out evaluation)",
                "final": "\n(last logged training value)"}.get((key or "").split("/")[0], "")

@@ -8,6 +8,7 @@ problems), `final/<m>` (the run's last logged training value).
 from __future__ import annotations
 
 import json
+import math
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,14 @@ def run_record(sweep_dir: Path, run: Run) -> dict[str, Any]:
     evaluation = folder / "eval" / f"{STEM}.json"  # the executor's Job.eval_name
     if evaluation.exists():
         result = json.loads(evaluation.read_text())
+        per_problem = result.get("per_problem") or {}
         for key, value in (result.get("metrics") or {}).items():
             record["metrics"][f"heldout/{key}"] = value
+            scores = per_problem.get(key)
+            # the plain mean over problems only: a metric weighted per problem (tokens) has no such crossed interval
+            if scores and isinstance(value, (int, float)) and math.isclose(sum(scores) / len(scores), value,
+                                                                            rel_tol=1e-6, abs_tol=1e-9):
+                record.setdefault("scores", {})[f"heldout/{key}"] = scores
         for key, diff in (result.get("difference") or {}).items():
             if diff and diff.get("value") is not None:
                 record["metrics"][f"gain/{key}"] = diff["value"]
@@ -56,15 +63,20 @@ def _names(metric: str) -> tuple[str, ...]:
     return (metric, f"gain/{metric}", f"heldout/{metric}", f"final/{metric}")
 
 
+TASK_MEASURE = "exact_match"  # held-out exact match on the task: what a sweep asks first, wherever it is evaluated
+
+
 def key_metric(spec: SweepSpec, records: list[dict[str, Any]], algorithm) -> str | None:
-    """The metric the report ranks: the sweep's `metric` (_names), else the family's first held-out metric's gain,
-    else the evaluation's first metric's gain, else a key training metric."""
+    """The metric the report ranks: the sweep's `metric` (_names), else the gain in the family's task measure
+    (held-out exact match wherever the evaluation scores it; not, e.g., DPO's implicit preference accuracy, which
+    rises while the task falls), else the family's first held-out metric's gain, else the evaluation's first
+    metric's gain, else a key training metric."""
     present = {m for r in records for m in r["metrics"]}
     if spec.metric:  # not logged (yet): the name as given, and the report says so
         return next((name for name in _names(spec.metric) if name in present), spec.metric)
     evaluated = next((r["heldout_order"] for r in records if r.get("heldout_order")), [])
     nano_book = NANO_BOOK.get(algorithm.family)
-    for m in (*(nano_book.heldout if nano_book else ()), *evaluated):
+    for m in (TASK_MEASURE, *(nano_book.heldout if nano_book else ()), *evaluated):
         if f"gain/{m}" in present:
             return f"gain/{m}"
     return next((f"final/{m}" for m in (*algorithm.key_metrics, "loss") if f"final/{m}" in present), None)
@@ -86,29 +98,67 @@ def check_metric_logged(spec: SweepSpec, sweep_dir: Path) -> None:
                       f"the runs have: {', '.join(present)}")
 
 
+SEEDS_ONLY = "95% Student-t interval of the mean over seeds (scipy.stats.t)"
+NO_PROBLEMS = "; no per-problem scores recorded, so the problems' noise is not in it"
+
+
+def _over(interval: dict[str, Any]) -> str:
+    """What an interval is over, in a few words for tables and legends."""
+    if interval.get("problems"):
+        return "seeds and problems" if interval["n"] > 1 else "problems (one seed)"
+    return "seeds"
+
+
+def _crossed(per_seed_problems: dict[int, list[float]]) -> dict[str, Any] | None:
+    """The interval over seeds and problems of seeds x problems values (lab/stats.py gain_interval): the seeds are
+    scored on the same problems, so a spread over seeds alone cannot see the problems' noise."""
+    rows = list(per_seed_problems.values())
+    if not rows or len({len(r) for r in rows}) != 1:
+        return None
+    return stats.gain_interval(rows)
+
+
 def aggregate(records: list[dict[str, Any]], key: str | None, goal: str = "maximize") -> dict:
-    """Cells (ranked by the key metric's mean) with every metric's seed statistics, and every pair's difference.
-    A gain over the baseline (gain/<m>) gets the interval over seeds and problems and `learns` (its low end above 0;
-    lab/stats.py gain_over_seeds, the rule nano-book's table uses); other metrics the t interval over seeds."""
+    """Cells (ranked by the key metric's mean) with every metric's statistics, and every pair's difference. One
+    interval rule: where the runs were scored on the same held-out problems (gain/<m>, heldout/<m>), the interval
+    over seeds and problems (lab/stats.py; a gain's `learns` is its low end above 0, the rule nano-book's table
+    uses); a training value (final/<m>), the t interval over seeds. Each interval names its `method` and `over`."""
     cells: dict[str, dict[str, Any]] = {}
     for r in records:
-        cell = cells.setdefault(r["cell"], {"cell": r["cell"], "params": r["params"], "per_seed": {}, "gains": {}})
+        cell = cells.setdefault(r["cell"], {"cell": r["cell"], "params": r["params"], "per_seed": {}, "gains": {},
+                                            "problems": {}})
         if r["status"] == "finished":
             for name, value in r["metrics"].items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     cell["per_seed"].setdefault(name, {})[r["seed"]] = float(value)
             for name, gain in (r.get("gains") or {}).items():
                 cell["gains"].setdefault(name, []).append(gain)
+                if gain.get("differences") is not None:
+                    cell["problems"].setdefault(name, {})[r["seed"]] = gain["differences"]
+            for name, scores in (r.get("scores") or {}).items():
+                cell["problems"].setdefault(name, {})[r["seed"]] = scores
+    problems_of: dict[str, dict[str, dict[int, list[float]]]] = {}
     for cell in cells.values():
         per_seed, gains = cell.pop("per_seed"), cell.pop("gains")
-        cell["metrics"] = {name: {**stats.seed_interval(list(values.values())), "per_seed": values}
+        problems_of[cell["cell"]] = problems = cell.pop("problems")
+        cell["metrics"] = {name: {**stats.seed_interval(list(values.values())), "per_seed": values,
+                                  "method": SEEDS_ONLY, "over": "seeds"}
                            for name, values in sorted(per_seed.items())}
-        for name, runs in gains.items():
-            if len(runs) == len(per_seed.get(name, {})):
-                over = stats.gain_over_seeds(runs)
-                cell["metrics"][name].update(low=over["low"], high=over["high"], learns=over["learns"],
-                                             method=over["method"])
+        for name, metric in cell["metrics"].items():
+            if name in gains:
+                if len(gains[name]) == len(per_seed.get(name, {})):
+                    over = stats.gain_over_seeds(gains[name])
+                    metric.update(low=over["low"], high=over["high"], learns=over["learns"], method=over["method"],
+                                  over=_over(over))
+            elif name.startswith("heldout/"):
+                crossed = _crossed(problems[name]) if len(problems.get(name, {})) == metric["n"] else None
+                if crossed is not None:
+                    metric.update(low=crossed["low"], high=crossed["high"], method=crossed["method"],
+                                  over=_over(crossed))
+                else:
+                    metric["method"] += NO_PROBLEMS
         cell["seeds_finished"] = sorted(per_seed.get(key, {})) if key else []
+        cell["learns"] = cell["metrics"].get(key, {}).get("learns")  # the key metric's: what `learns` follows
     sign = -1 if goal == "minimize" else 1
     ranked = sorted(cells.values(), key=lambda c: (c["metrics"].get(key, {}).get("mean") is None,
                                                    -sign * (c["metrics"].get(key, {}).get("mean") or 0.0)))
@@ -116,8 +166,36 @@ def aggregate(records: list[dict[str, Any]], key: str | None, goal: str = "maxim
     for a, b in combinations(ranked, 2):
         if key in a["metrics"] and key in b["metrics"]:
             pairs.append({"a": a["cell"], "b": b["cell"], "metric": key,
-                          **stats.paired_difference(a["metrics"][key]["per_seed"], b["metrics"][key]["per_seed"])})
+                          **pair_difference(a["metrics"][key]["per_seed"], b["metrics"][key]["per_seed"],
+                                            problems_of[a["cell"]].get(key, {}), problems_of[b["cell"]].get(key, {}))})
     return {"cells": ranked, "pairs": pairs}
+
+
+def pair_difference(a: dict[int, float], b: dict[int, float], a_problems: dict[int, list[float]],
+                    b_problems: dict[int, list[float]]) -> dict[str, Any]:
+    """a - b over the seeds both cells finished: over seeds and problems where both recorded per-problem values
+    on the same problems (a's gain minus b's on each problem: the base cancels), else the paired t over seeds."""
+    out = stats.paired_difference(a, b)
+    seeds = out["seeds"]
+    if seeds and all(s in a_problems and s in b_problems and len(a_problems[s]) == len(b_problems[s]) for s in seeds):
+        crossed = _crossed({s: [x - y for x, y in zip(a_problems[s], b_problems[s])] for s in seeds})
+        if crossed is not None:
+            out.update(low=crossed["low"], high=crossed["high"], method=crossed["method"],
+                       excludes_zero=bool(crossed["low"] > 0 or crossed["high"] < 0))
+            return {**out, "over": _over(crossed)}
+    return {**out, "over": "seeds"}
+
+
+def ranked_by(spec: SweepSpec, key: str | None) -> str:
+    """Why the report ranks by `key`, in words."""
+    if key is None:
+        return "nothing: no run has finished"
+    if spec.metric:
+        return f"{key}: the sweep's metric (--metric or the sweep file's metric.name)"
+    if key == f"gain/{TASK_MEASURE}":
+        return f"{key}: the default, the family's task measure (held-out exact match, minus the base's)"
+    first = "the first held-out metric" if key.startswith("gain/") else "no held-out evaluation"
+    return f"{key}: the default ({first}, as the runs have no held-out {TASK_MEASURE})"
 
 
 def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
@@ -130,16 +208,18 @@ def build(spec: SweepSpec, sweep_dir: Path) -> dict[str, Any]:
         "what": "a controlled experiment: every cell of the grid x every seed is one run of the runner",
         "sweep": {"recipe": spec.recipe, "profile": spec.profile, "grid": spec.grid, "seeds": spec.seeds,
                   "overrides": spec.overrides, "source": spec.source},
-        "key_metric": key, "goal": spec.goal,
+        "key_metric": key, "goal": spec.goal, "ranked_by": ranked_by(spec, key),
         "training_metric": (NANO_BOOK[algorithm.family].training if algorithm.family in NANO_BOOK
                             else next(iter(algorithm.key_metrics), "loss")),
-        "statistics": {"interval": "95% Student-t interval of the mean over seeds (scipy.stats.t); a gain over the "
-                                   "baseline (gain/<m>): over seeds and problems, its `method` beside it; pairs: "
-                                   "paired t interval of the difference over the seeds both cells finished",
+        "statistics": {"interval": "95%; where the runs were scored on the same held-out problems (gain/<m>, "
+                                   "heldout/<m>, and pairs of cells in them): over seeds and problems (lab/stats.py "
+                                   "gain_interval); a training value (final/<m>): Student-t over seeds; each "
+                                   "interval's `method` and `over` beside it",
                        "seeds_per_cell": seeds, "warning": stats.few_seeds_warning(seeds)},
         **summary,
-        "runs": [{**r, "gains": {k: {n: v for n, v in g.items() if n != "differences"} for k, g in r["gains"].items()}}
-                 if r.get("gains") else r for r in records],
+        "runs": [{**{k: v for k, v in r.items() if k != "scores"},
+                  **({"gains": {k: {n: v for n, v in g.items() if n != "differences"} for k, g in r["gains"].items()}}
+                     if r.get("gains") else {})} for r in records],
         "not_finished": [{"run": r["folder"], "status": r["status"], "log": r["log"]}
                          for r in records if r["status"] != "finished"],
     }
@@ -157,7 +237,7 @@ def _interval(values: dict[str, Any], signed: bool = False) -> str:
 
 
 def text(report: dict[str, Any]) -> str:
-    """sweep.txt: the cells table (ranked), the pairs table, how the key metric's interval was made, the notes."""
+    """sweep.txt: the cells table (ranked), the pairs table, what each interval is over, the notes."""
     key = report["key_metric"]
     # Beside a gain, the evaluated value itself (e.g. held-out exact match after training).
     heldout = [f"heldout/{key.removeprefix('gain/')}"] if key and key.startswith("gain/") else []
@@ -165,8 +245,7 @@ def text(report: dict[str, Any]) -> str:
     columns = ("rank", "cell", "seeds", f"{key}\nmean [95%]", "seed std", "per seed", *heldout, *learns)
     cells = table(f"sweep of {Path(report['sweep']['recipe']).name}"
                   f"{' --profile ' + report['sweep']['profile'] if report['sweep']['profile'] else ''}: "
-                  f"{key} ({report['goal']}), mean [95% interval over seeds{' and problems' if learns else ''}]",
-                  columns,
+                  f"ranked by {report.get('ranked_by', key)} ({report['goal']})", columns,
                   right=set(columns) - {"cell", "per seed"})
     signed = bool(key and key.startswith("gain/"))
     for rank, cell in enumerate(report["cells"], 1):
@@ -176,25 +255,40 @@ def text(report: dict[str, Any]) -> str:
                       _num(key_stats.get("std")), per_seed or "-",
                       *(_interval(cell["metrics"].get(m, {})) for m in heldout),
                       *({True: "yes", False: "no"}.get(key_stats.get("learns"), "-") for _ in learns))
-    pairs = table(f"differences in {key} between cells (paired over common seeds)",
+    pairs = table(f"differences in {key} between cells (paired: the seeds both finished"
+                  f"{', on the same problems' if any(p['over'] != 'seeds' for p in report['pairs']) else ''})",
                   ("a", "b", "a - b [95%]", "seeds", "excludes 0"), right=("a - b [95%]", "seeds", "excludes 0"))
     for p in report["pairs"]:
         diff = {"mean": p["difference"], "low": p["low"], "high": p["high"]}
         pairs.add_row(p["a"], p["b"], _interval(diff, True), str(len(p["seeds"])),
                       "yes" if p["excludes_zero"] else ("-" if p["low"] is None else "no"))
     warning = report["statistics"]["warning"]
-    methods = sorted({c["metrics"][key]["method"] for c in report["cells"] if c["metrics"].get(key, {}).get("method")})
+    named: dict[tuple[str, str], list[str]] = {}  # (over, method) -> the columns whose interval it is
+    for metric in (key, *heldout):
+        for c in report["cells"]:
+            stats_ = c["metrics"].get(metric, {})
+            if stats_.get("low") is not None and metric not in named.setdefault((stats_["over"], stats_["method"]), []):
+                named[(stats_["over"], stats_["method"])].append(metric)
+    for p in report["pairs"]:
+        if p["low"] is not None and "a - b" not in named.setdefault((p["over"], p["method"]), []):
+            named[(p["over"], p["method"])].append("a - b")
+    said = [f"[95%] of {', '.join(columns_)}: over {over}: {method}." for (over, method), columns_ in named.items()]
+    if learns:
+        said.append(f"learns: the {key} interval's low end above 0.")
     unfinished = [f"not finished: {r['run']} ({r['status']}); log: {r['log']}" for r in report["not_finished"]]
-    return render_text([cells, *([pairs] if report["pairs"] else []), *(f"{key} interval: {m}." for m in methods),
+    return render_text([cells, *([pairs] if report["pairs"] else []), *said,
                         *([f"Note: {warning}."] if warning else []), *unfinished])
 
 
-def write(spec: SweepSpec, sweep_dir: Path) -> str:
-    """sweep.json, sweep.txt and sweep.png in the sweep's folder; returns sweep.txt's text."""
+def write(spec: SweepSpec, sweep_dir: Path, into: Path | None = None) -> str:
+    """sweep.json, sweep.txt and sweep.png of the runs in sweep_dir, written into `into` (default: sweep_dir);
+    returns sweep.txt's text."""
     from lab.sweep.plot import plot
 
     report = build(spec, sweep_dir)
     rendered = text(report)
-    write_result(report, sweep_dir / f"{STEM}.json", text=rendered, text_path=sweep_dir / f"{STEM}.txt",
-                 draw=lambda path: plot(report, sweep_dir, path), figure_path=sweep_dir / f"{STEM}.png")
+    into = sweep_dir if into is None else into
+    into.mkdir(parents=True, exist_ok=True)
+    write_result(report, into / f"{STEM}.json", text=rendered, text_path=into / f"{STEM}.txt",
+                 draw=lambda path: plot(report, sweep_dir, path), figure_path=into / f"{STEM}.png")
     return rendered
