@@ -22,6 +22,7 @@ from transformers.trainer_callback import ExportableState
 from rlhf_recipes.checkpoints import RECORD, TRAINER_STATE
 from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.run_folder import read_metrics
+from rlhf_recipes.signals import INTERRUPT_SIGNALS
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ class MetricsFileCallback(TrainerCallback):
 
 # The signals that end a run with a checkpoint: Ctrl-C, `kill`, and SIGUSR1, which a cluster sends ahead of a time
 # limit (accelerate_configs/slurm/multinode.sbatch: `--signal=B:USR1@300`, passed on to the training processes).
-INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
 class InterruptCallback(TrainerCallback):

@@ -18,8 +18,15 @@ from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.report import plot_curves
 from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
 from rlhf_recipes.run_setup import (
-    Ending, configure_reporting, end_wandb_run, is_main_process, prepare_output_dir, run_callbacks, write_run_card,
+    Ending,
+    configure_reporting,
+    end_wandb_run,
+    is_main_process,
+    prepare_output_dir,
+    run_callbacks,
+    write_run_card,
 )
+from rlhf_recipes.signals import signals_stop_the_start
 from rlhf_recipes.validation import check_inputs
 
 logger = logging.getLogger("rlhf_recipes")
@@ -39,16 +46,17 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
         if "-h" in argv or "--help" in argv:
             print(recipe_help(argv))
             return 0
-        recipe = load_recipe(argv, construct=False)
-        if own_process:
-            leave_out_unused(needed_packages(recipe))
-        folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))  # lock, what it resumes
-        check_inputs(recipe)  # every mistake the files show, before anything loads
-        folder.claim(recipe)  # config.yaml, final_results.json `running`, console.log
-        configure_reporting(recipe, resuming=folder.checkpoint is not None)
-        explain_once(recipe)
-        trainer, family, interrupt, health = build(recipe, folder, extra_callbacks, argv)
-        ending.trainer = trainer
+        with signals_stop_the_start():  # SIGTERM while loading: one line, the start undone (as Ctrl-C)
+            recipe = load_recipe(argv, construct=False)
+            if own_process:
+                leave_out_unused(needed_packages(recipe))
+            folder = prepare_output_dir(recipe, command=shlex.join(["recipes/run.py", *argv]))  # lock, what it resumes
+            check_inputs(recipe)  # every mistake the files show, before anything loads
+            folder.claim(recipe)  # config.yaml, final_results.json `running`, console.log
+            configure_reporting(recipe, resuming=folder.checkpoint is not None)
+            explain_once(recipe)
+            trainer, family, interrupt, health = build(recipe, folder, extra_callbacks, argv)
+            ending.trainer = trainer
         trainer.train(resume_from_checkpoint=str(folder.checkpoint) if folder.checkpoint else None)
         return finish(recipe, folder, trainer, family, interrupt, health, ending)
     except BaseException as e:

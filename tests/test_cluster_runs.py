@@ -158,7 +158,7 @@ def sbatch_directives() -> list[str]:
 
 
 def test_the_sbatch_script_asks_for_a_signal_the_runs_stop_on_and_may_be_requeued():
-    from rlhf_recipes.callbacks import INTERRUPT_SIGNALS
+    from rlhf_recipes.signals import INTERRUPT_SIGNALS
 
     directives = sbatch_directives()
     assert "--requeue" in directives

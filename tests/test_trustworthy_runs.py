@@ -283,6 +283,33 @@ def test_ctrl_c_while_a_run_loads_is_one_line_and_the_folder_starts_cleanly_afte
     assert json.loads((out / "final_results.json").read_text())["status"] == "finished"
 
 
+def test_sigterm_while_a_run_loads_is_one_line_and_the_folder_starts_cleanly_after(six_steps, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Issue 54: a sweep's graceful stop (SIGTERM) reached a run still loading, whose default action killed it: exit
+    143 and a folder reading `running`, reported as killed. Now as Ctrl-C: one line, 130, the folder as found."""
+    import os
+    import signal
+
+    import rlhf_recipes.models
+
+    out = tmp_path / "run"
+    shutil.copytree(six_steps, out, ignore=shutil.ignore_patterns("checkpoint-6"))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    handler = signal.getsignal(signal.SIGTERM)
+    real = rlhf_recipes.models.load_tokenizer
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rlhf_recipes.models, "load_tokenizer", terminated)
+    assert train([str(out / "config.yaml"), "--resume"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "interrupted before training began" in err and "Traceback" not in err, err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert signal.getsignal(signal.SIGTERM) is handler  # given back: the next run's training puts its own in
+
+
 def test_the_rerun_command_config_yaml_names_works_for_a_finished_run(six_steps):
     """config.yaml's header says how to re-run it: as written, not "already holds a run"."""
     import shlex
