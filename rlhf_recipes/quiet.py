@@ -50,7 +50,7 @@ def quiet_known_noise() -> None:
 
 def explain_once(recipe) -> None:
     """The one line that replaces a silenced warning which concerns a recipe's own choice."""
-    if recipe.value("truncation_mode") == "keep_end":
+    if recipe.setting("truncation_mode") == "keep_end":
         logging.getLogger("rlhf_recipes").info(
             "truncation_mode keep_end: long examples are cut from the left, as the book does (TRL 1.16 deprecates "
             "this mode; it is kept on purpose)")

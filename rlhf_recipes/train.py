@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None, extra_callbacks: tuple = (), own_process
             # this step alone). Resolving the model's name later only finds it.
             from rlhf_recipes.nano import build_missing_bases
 
-            build_missing_bases(recipe.value("model_name_or_path"))
+            build_missing_bases(recipe.model.model_name_or_path)
             trainer, family, interrupt, health = build(recipe, folder, extra_callbacks, argv)
         except BaseException as e:  # a mistake found while loading (data rows too): no trace of the run is left
             if console is not None:
@@ -135,7 +135,7 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
     folder.agree_on_checkpoint()  # the process group is up now (TrainingArguments): every rank resumes the same one
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
-    if recipe.value("num_generations") is not None:  # a family that generates: TRL never truncates its prompts
+    if getattr(recipe.training, "num_generations", None) is not None:  # it generates: TRL never truncates prompts
         from rlhf_recipes.model_checks import check_prompt_positions
 
         check_prompt_positions(recipe, tokenizer, train)
