@@ -7,12 +7,10 @@ A recipe is a flat YAML mapping. Its keys come from three typed dataclasses:
   - the algorithm's TRL config class (e.g. `DPOConfig`, or our subclass of it): everything
     the trainer itself reads.
 Values are layered: algorithm defaults < YAML < profile (recipes/profiles/<name>.yaml) < command
-line, into one flat dict (`Recipe.settings`) and one map of where each value came from (`Recipe.origin`). Every
-key and value is checked against the classes' fields first, before any model or dataset is touched, so a typo
-costs a second, not a model download; then the three config objects are built from the layered values by their
-own dataclass machinery, and every consumer reads them (`recipe.args.x`, `recipe.model.x`, `recipe.training.x`),
-after their __post_init__. Only code that must run before TRL's trainer stack is imported, or where the trainer's
-config cannot be built, reads one of its settings unbuilt, through `Recipe.setting`.
+line, into one flat dict (`Recipe.settings`) beside a map of where each value came from (`Recipe.origin`). Every
+key and value is checked against the classes' fields before any model or dataset is touched (a typo costs a
+second, not a model download); then the config objects are built from those values, and consumers read them
+after their __post_init__ (`recipe.args.x`, `recipe.model.x`, `recipe.training.x`; see `Recipe.setting`).
 """
 
 from __future__ import annotations
@@ -130,11 +128,9 @@ class RecipeArgs:
 
 @dataclass
 class Recipe:
-    """A recipe resolved for one run: the layered values, where each came from, and the three configs.
-
-    `args` (RecipeArgs) and `model` (TRL's ModelConfig, a light import) are built by load_recipe; `training` (the
-    algorithm's config) on first use, because its class imports transformers' trainer stack (~12 s): a run checks
-    its data and model paths first. Consumers read the built objects, after their __post_init__."""
+    """A recipe resolved for one run: the layered values, where each came from, and the three configs. `args` and
+    `model` (TRL's ModelConfig, a light import) are built by load_recipe; `training` on first use, because its class
+    imports transformers' trainer stack (~12 s): a run checks its data and model paths first."""
 
     source: str
     algorithm: Algorithm

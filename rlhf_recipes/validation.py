@@ -374,7 +374,7 @@ def check_rewards(recipe) -> None:
     for spec in names:
         if isinstance(spec, str) and spec.startswith(RM_PREFIX):
             check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
-    scorer = recipe.setting("reward_model")  # a config's reward model that is not a reward function (rejection sampling)
+    scorer = recipe.setting("reward_model")  # a config's reward model, not a reward function (rejection sampling)
     if isinstance(scorer, str) and recipe.setting("reward_func") is None:  # a verifier replaces it (nano)
         if scorer.startswith(RM_PREFIX):
             check_reward_model(scorer[len(RM_PREFIX):], recipe.where("reward_model"))

@@ -21,8 +21,8 @@ DERIVED_BY_TRL = {"debug", "accelerator_config", "disable_tqdm", "pad_to_multipl
 # building TRL's configs.
 READ_WITHOUT_TRL = {"seed", "per_device_eval_batch_size", "max_length", "boxed_rule", "eval_split", "eval_questions",
                     "eval_max_new_tokens", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
-                    "chat_template_from", "enable_thinking", "chat_template_kwargs", "output_dir", "reward_funcs", "value_model_path",
-                    "share_value_backbone", "rollout_backend", "bf16"}
+                    "chat_template_from", "enable_thinking", "chat_template_kwargs", "output_dir", "reward_funcs",
+                    "value_model_path", "share_value_backbone", "rollout_backend", "bf16"}
 # (report_to is read before the build too, through preflight.reports_to_wandb, which applies transformers' own
 # normalisation of `all` and `none`: it is in DERIVED_BY_TRL.)
 ALL_RECIPES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").glob("*.yaml"))
