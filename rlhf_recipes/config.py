@@ -7,8 +7,10 @@ A recipe is a flat YAML mapping. Its keys come from three typed dataclasses:
   - the algorithm's TRL config class (e.g. `DPOConfig`, or our subclass of it): everything
     the trainer itself reads.
 Values are layered: algorithm defaults < YAML < profile (recipes/profiles/<name>.yaml) < command
-line. Every key and value is checked here, before any model or dataset is touched, so a typo costs a second,
-not a model download.
+line, into one flat dict (`Recipe.settings`) beside a map of where each value came from (`Recipe.origin`). Every
+key and value is checked against the classes' fields before any model or dataset is touched (a typo costs a
+second, not a model download); then the config objects are built from those values, and consumers read them
+after their __post_init__ (`recipe.args.x`, `recipe.model.x`, `recipe.training.x`; see `Recipe.setting`).
 """
 
 from __future__ import annotations
@@ -126,45 +128,59 @@ class RecipeArgs:
 
 @dataclass
 class Recipe:
-    """A recipe resolved for one run: its typed values, where each came from, and the three configs.
-
-    `model` (TRL's ModelConfig) and `training` (the algorithm's config) are built on first use: that
-    imports TRL, so a run checks its keys, values, data and model paths first, in about a second."""
+    """A recipe resolved for one run: the layered values, where each came from, and the three configs. `args` and
+    `model` (TRL's ModelConfig, a light import) are built by load_recipe; `training` on first use, because its class
+    imports transformers' trainer stack (~12 s): a run checks its data and model paths first."""
 
     source: str
     algorithm: Algorithm
     args: RecipeArgs
-    typed: dict[str, dict[str, Any]]  # group (recipe, model, training) -> the values the recipe sets
-    defaults: dict[str, Any]  # the config classes' own defaults, for `value`
-    resolved: dict[str, Any]  # flat mapping written to config.yaml (re-runnable)
+    model: Any  # TRL's ModelConfig
+    # Every value the layers set (algorithm defaults < recipe < profile < command line, coerced to its field's
+    # type, derived values included): what the configs are built from and config.yaml records.
+    settings: dict[str, Any]
+    schema: dict[str, dict[str, dict[str, Any]]]  # group (recipe, model, training) -> field -> type, class default
     world_size: int = 1
     origin: dict[str, str] = field(default_factory=dict)  # key -> where its value came from (for messages)
 
     @cached_property
-    def model(self):
-        from trl import ModelConfig
-
-        return _construct(ModelConfig, self.typed["model"], self.source)
-
-    @cached_property
     def training(self):
-        return _construct(import_object(self.algorithm.config_class), self.typed["training"], self.source)
+        return _construct(import_object(self.algorithm.config_class), self.group_values("training"), self.source)
 
-    def value(self, key: str, default: Any = None) -> Any:
-        """A setting without building the configs: the recipe's value, else the class default; `default` where the
-        algorithm's configs have no such setting."""
-        for group in self.typed.values():
-            if key in group:
-                return group[key]
-        return self.defaults.get(key, default)
+    def group_of(self, key: str) -> str | None:
+        """Which config holds `key` (ours first, then the model's, then the trainer's), or None."""
+        return next((g for g, fields in self.schema.items() if key in fields), None)
+
+    def group_values(self, group: str) -> dict[str, Any]:
+        """The values the layers set for one config, in the order they were layered."""
+        return {k: v for k, v in self.settings.items() if self.group_of(k) == group}
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """A setting of the trainer's config without building it: the layers' value, else the class default (its
+        schema); `default` where this algorithm's config has no such field. Only for code that runs before TRL's
+        trainer stack is imported on purpose (the checks that refuse a bad path in a second) or where the config
+        cannot be built (a bf16 recipe read on a CPU machine: preflight, evaluate, chat); everything else reads
+        `recipe.training`. Ours and the model's are always built: read `recipe.args` and `recipe.model`."""
+        group = self.group_of(key)
+        if group in ("recipe", "model"):
+            raise KeyError(f"`{key}` is {'RecipeArgs' if group == 'recipe' else 'ModelConfig'}'s: read recipe."
+                           f"{'args' if group == 'recipe' else 'model'}.{key}")
+        if key in self.settings:
+            return self.settings[key]
+        return self.schema["training"].get(key, {}).get("default", default)
 
     def has(self, key: str) -> bool:
-        """Whether `key` is a setting of this algorithm's configs (set, or defaulted), without building them."""
-        return key in self.defaults or any(key in group for group in self.typed.values())
+        """Whether `key` is a field of this algorithm's configs (set, or defaulted), without building them."""
+        return self.group_of(key) is not None
 
     def where(self, key: str) -> str:
         """`recipes/x.yaml: `key``-style prefix for a message about one key."""
         return f"{self.origin.get(key, self.source)}: `{key}`"
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """config.yaml: what the layers set, re-runnable as it is (see config_yaml)."""
+        return config_yaml(self)
 
     @property
     def tiny(self) -> bool:
@@ -207,9 +223,9 @@ def recipe_help(argv: list[str]) -> str:
               "training": f"TRL's ({_class_name(config_class)})"}
     lines = [f"{USAGE}", "", f"{path}: the values this run would use (the recipe, its profile and the command line "
              "resolved), with where each comes from:"]
-    for group, values in recipe.typed.items():
-        lines += ["", f"{titles[group]}:"]
-        for key, value in sorted(values.items()):
+    for group, title in titles.items():
+        lines += ["", f"{title}:"]
+        for key, value in sorted(recipe.group_values(group).items()):
             lines.append(f"  {key}: {value!r}".ljust(48) + f"  ({recipe.origin.get(key, 'default')})")
     lines += ["", "Every other key keeps its class's default (TRL's own defaults are not the recipe's: the values "
               "above are what trains).", f"Every key with its type, default and help: recipes/run.py {path} "
@@ -368,53 +384,60 @@ def load_recipe(argv: list[str], world_size: int | None = None, construct: bool 
     if data.get("resolved_from") is None:  # a run's own config.yaml already records what it ran with
         real_run_defaults(merged, origin, owner, profile)
 
-    typed: dict[str, dict[str, Any]] = {g: {} for g in schema}
+    settings: dict[str, Any] = {}
     for key, value in merged.items():
-        group = owner[key]
-        desc = schema[group][key]["type"]
+        desc = schema[owner[key]][key]["type"]
         try:
-            typed[group][key] = coerce(value, desc)
+            settings[key] = coerce(value, desc)
         except Mismatch:
             raise RecipeError(
                 f"{origin[key]}: `{key}` must be {text(desc)}, got {value!r} ({type(value).__name__})"
             ) from None
 
-    resolved_values = {k: v for g in typed.values() for k, v in g.items()}
-    check_ranges(resolved_values, origin)
+    check_ranges(settings, origin)
     for key, rule in algorithm.fixed.items():  # a value the algorithm's loss would not read
-        value = resolved_values.get(key, rule.accepted)
-        if value != rule.accepted and all(resolved_values.get(k) == v for k, v in rule.when.items()):
+        value = settings.get(key, rule.accepted)
+        if value != rule.accepted and all(settings.get(k) == v for k, v in rule.when.items()):
             raise RecipeError(f"{origin[key]}: `{key}` {value!r}: {rule.why}; remove it (the book's {name} runs with "
                               f"{rule.accepted!r})")
-    dataset = typed["recipe"].get("dataset")
+    dataset = settings.get("dataset")
     if dataset is not None and dataset not in SOURCES:
         raise RecipeError(f"{origin['dataset']}: unknown dataset `{dataset}`.{_suggest(str(dataset), SOURCES)} "
                           f"Available: {', '.join(sorted(SOURCES))}")
 
     # LoRA adapts every linear layer unless the recipe names its targets: PEFT has no default for some
     # architectures (OLMo-2), and adapters on all linear layers are what QLoRA needs to match a full fine-tune.
-    if typed["model"].get("use_peft") and typed["model"].get("lora_target_modules") is None:
-        typed["model"]["lora_target_modules"] = ["all-linear"]
+    if settings.get("use_peft") and settings.get("lora_target_modules") is None:
+        settings["lora_target_modules"] = ["all-linear"]
 
     # Effective batch is the recipe's meaning; accumulation follows from the world size.
-    family.derive_batch(typed, origin, world_size)
+    family.derive_batch(settings, origin, world_size)
 
-    args = _construct(RecipeArgs, typed["recipe"], path)
+    values = {g: {k: v for k, v in settings.items() if owner[k] == g} for g in schema}
+    recipe = Recipe(source=path, algorithm=algorithm, args=_construct(RecipeArgs, values["recipe"], path),
+                    model=_construct(import_object(MODEL_CONFIG), values["model"], path), settings=settings,
+                    schema=schema, world_size=world_size, origin=origin)
+    if construct:  # tools want every setting checked, TRL's own checks included, before they go on
+        recipe.training  # noqa: B018
+    return recipe
 
-    resolved = {k: _plain(v) for g in ("recipe", "model", "training") for k, v in typed[g].items()}
-    if typed["recipe"].get("effective_batch_size") is not None:
+
+def config_yaml(recipe: Recipe) -> dict[str, Any]:
+    """What a run's config.yaml holds: the values the layers set, as plain YAML, re-runnable as it is.
+
+    Written from the layered values rather than the built configs: their __post_init__ is this machine's
+    (report_to `all` becomes the integrations installed here) and a bf16 recipe's config cannot be built on a
+    CPU machine at all, where a launcher or preflight still reads what the run will record."""
+    groups = ("recipe", "model", "training")
+    resolved = {k: _plain(v) for g in groups for k, v in recipe.group_values(g).items()}
+    if recipe.args.effective_batch_size is not None:
         # Derived from the world size: re-running config.yaml on another GPU count must re-derive it.
         resolved.pop("gradient_accumulation_steps", None)
-    for key in ("resume", "overwrite", "allow_changes", *(k for k, o in origin.items() if o.endswith(" (device)"))):
+    device = (k for k, o in recipe.origin.items() if o.endswith(" (device)"))
+    for key in ("resume", "overwrite", "allow_changes", *device):
         resolved.pop(key, None)  # per-invocation, or derived again from the next launch
-    resolved["resolved_from"] = typed["recipe"].get("resolved_from") or path
-    resolved = {"algorithm": name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
-    defaults = {k: f["default"] for fields in reversed(schema.values()) for k, f in fields.items() if "default" in f}
-    recipe = Recipe(source=path, algorithm=algorithm, args=args, typed=typed, defaults=defaults, resolved=resolved,
-                    world_size=world_size, origin=origin)
-    if construct:  # tools want every setting checked, TRL's own checks included, before they go on
-        recipe.model, recipe.training  # noqa: B018
-    return recipe
+    resolved["resolved_from"] = recipe.args.resolved_from or recipe.source
+    return {"algorithm": recipe.algorithm.name, **{k: v for k, v in resolved.items() if k != "algorithm"}}
 
 
 # What a real run (no profile) gets unless the recipe or the command line says otherwise.

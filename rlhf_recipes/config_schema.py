@@ -6,6 +6,7 @@ deepspeed on the way). So the fields are read from the classes themselves the fi
 kept as JSON under the cache folder, keyed by the TRL and transformers versions and by the source
 of our own config classes: a changed class or an upgraded TRL gets a new schema, never a stale one.
 After that, a mistyped key or a wrong type is reported before torch is even imported.
+That refusal is all the cache is for: the values themselves live in the config objects (config.py builds them).
 
 A type is kept as a small JSON descriptor: "any", "none", "bool", "int", "float", "str", "dict",
 {"list": T}, {"union": [T, ...]}, {"literal": [values]}, {"enum": [values]}.

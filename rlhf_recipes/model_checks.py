@@ -61,7 +61,7 @@ def positions_of(config: dict[str, Any] | None) -> int | None:
 def check_quantization(recipe) -> None:
     """4/8-bit weights cannot be trained themselves: they need LoRA adapters on top (QLoRA)."""
     for key in ("load_in_4bit", "load_in_8bit"):
-        if recipe.value(key) and not recipe.value("use_peft"):
+        if getattr(recipe.model, key) and not recipe.model.use_peft:
             raise RecipeError(f"{recipe.where(key)}: quantized weights cannot be trained directly; set "
                               "`use_peft: true` (QLoRA: LoRA adapters on the quantized model) or drop "
                               f"`{key}`")
@@ -72,9 +72,9 @@ def check_lengths(recipe, config: dict[str, Any] | None) -> None:
     positions = positions_of(config)
     if positions is None:
         return
-    name = recipe.value("model_name_or_path")
+    name = recipe.model.model_name_or_path
     for key in ("max_length", "max_prompt_length", "max_completion_length"):
-        value = recipe.value(key)
+        value = recipe.setting(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > positions:
             raise RecipeError(f"{recipe.where(key)} is {value}, more than the {positions} positions of `{name}` "
                               f"(max_position_embeddings in its config.json); set it to at most {positions}")
@@ -83,8 +83,8 @@ def check_lengths(recipe, config: dict[str, Any] | None) -> None:
 def check_prompt_positions(recipe, tokenizer, dataset, config: dict[str, Any] | None = None) -> None:
     """Policy gradients: TRL does not truncate prompts, so the longest prompt plus the completion budget must
     fit the model's positions. Runs once the tokenizer and data are loaded, before the model is."""
-    positions = positions_of(config if config is not None else model_config(recipe.value("model_name_or_path")))
-    budget = recipe.value("max_completion_length")
+    positions = positions_of(config if config is not None else model_config(recipe.model.model_name_or_path))
+    budget = recipe.training.max_completion_length
     if positions is None or not isinstance(budget, int) or dataset is None or "prompt" not in dataset.column_names:
         return
     longest, row = 0, None
@@ -100,15 +100,17 @@ def check_prompt_positions(recipe, tokenizer, dataset, config: dict[str, Any] | 
         raise RecipeError(
             f"{recipe.where('max_completion_length')}: the longest prompt (row {row}, {longest} tokens) plus "
             f"max_completion_length {budget} exceeds the {positions} positions of "
-            f"`{recipe.value('model_name_or_path')}`; lower max_completion_length to at most "
+            f"`{recipe.model.model_name_or_path}`; lower max_completion_length to at most "
             f"{max(positions - longest, 0)} or filter the long prompts out of the data")
 
 
 def check_lora(recipe, config: dict[str, Any] | None) -> None:
     """lora_target_modules that the model does not have: PEFT would raise deep inside the model's load."""
-    if not recipe.value("use_peft"):
+    if not recipe.model.use_peft:
         return
-    targets = recipe.value("lora_target_modules")
+    targets = recipe.model.lora_target_modules
+    if isinstance(targets, str):  # ModelConfig's __post_init__ makes a one-name list the bare name
+        targets = [targets]
     if not isinstance(targets, (list, tuple)) or not targets or "all-linear" in targets or config is None:
         return
     names = module_names(config)
@@ -118,7 +120,7 @@ def check_lora(recipe, config: dict[str, Any] | None) -> None:
     missing = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
     if missing:
         leaves = sorted({n.rsplit(".", 1)[-1] for n in names})
-        raise RecipeError(f"{recipe.where('lora_target_modules')}: `{recipe.value('model_name_or_path')}` has no "
+        raise RecipeError(f"{recipe.where('lora_target_modules')}: `{recipe.model.model_name_or_path}` has no "
                           f"module {', '.join(missing)}; its linear layers are {', '.join(leaves)} (or use "
                           "all-linear)")
 
@@ -141,7 +143,7 @@ def module_names(config: dict[str, Any]) -> list[str] | None:
 def check_model_settings(recipe) -> None:
     """Everything here that needs only settings and the model's config (called by validation.check_inputs)."""
     check_quantization(recipe)
-    config = model_config(recipe.value("model_name_or_path"))
+    config = model_config(recipe.model.model_name_or_path)
     check_lengths(recipe, config)
     check_lora(recipe, config)
 

@@ -74,7 +74,7 @@ def reports_to_wandb(report_to: Any) -> bool:
 
 def wandb_finding(recipe) -> Finding | None:
     """A run that reports to wandb: the package, a valid mode, and an API key unless the mode needs none."""
-    if not reports_to_wandb(recipe.value("report_to")):
+    if not reports_to_wandb(recipe.setting("report_to")):
         return None
     where = recipe.where("report_to")
     if importlib.util.find_spec("wandb") is None:
@@ -83,7 +83,7 @@ def wandb_finding(recipe) -> Finding | None:
     # What configure_reporting (run_setup.py) will hand to wandb: the recipe's value first, then the environment.
     mode_where = recipe.where("wandb_mode") if recipe.args.wandb_mode else "WANDB_MODE"
     mode = recipe.args.wandb_mode or os.environ.get("WANDB_MODE") or None
-    project = recipe.value("wandb_project") or os.environ.get("WANDB_PROJECT") or WANDB_PROJECT
+    project = recipe.args.wandb_project or os.environ.get("WANDB_PROJECT") or WANDB_PROJECT
     if mode is not None and mode not in WANDB_MODES:
         return Finding(STOP, "wandb", f"{mode_where}: `{mode}` is not a wandb mode; use online, offline or disabled")
     if mode in NO_LOGIN_MODES:
@@ -182,18 +182,18 @@ def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]
     needs = []
     if deepspeed_launch() if deepspeed is None else deepspeed:
         needs.append(("deepspeed", "the accelerate config (DeepSpeed)"))
-    elif recipe.value("deepspeed"):  # TrainingArguments' own DeepSpeed config, without an accelerate launch
+    elif recipe.setting("deepspeed"):  # TrainingArguments' own DeepSpeed config, without an accelerate launch
         needs.append(("deepspeed", recipe.where("deepspeed")))
-    quantized = [key for key in ("load_in_4bit", "load_in_8bit") if recipe.value(key)]
-    optim = recipe.value("optim")
+    quantized = [key for key in ("load_in_4bit", "load_in_8bit") if getattr(recipe.model, key)]
+    optim = recipe.setting("optim")
     if getattr(optim, "value", optim) in BITSANDBYTES_OPTIMIZERS:  # a name, or TrainingArguments' enum of it
         quantized.append("optim")
     if quantized:
         needs.append(("bitsandbytes", recipe.where(quantized[0])))
-    backend = recipe.value("rollout_backend")
+    backend = recipe.setting("rollout_backend")
     if isinstance(backend, str) and backend.startswith("vllm"):
         needs.append(("vllm", recipe.where("rollout_backend")))
-    attention = recipe.value("attn_implementation")
+    attention = recipe.model.attn_implementation
     if isinstance(attention, str) and attention.startswith("flash_attention"):
         needs.append(("flash-attn", recipe.where("attn_implementation")))
     return needs
@@ -202,7 +202,7 @@ def needed_extras(recipe, deepspeed: bool | None = None) -> list[tuple[str, str]
 def needed_packages(recipe) -> set[str]:
     """The optional packages this run's process uses: its extras under this launch, and wandb when it reports there."""
     needed = {package for package, _ in needed_extras(recipe)}
-    if reports_to_wandb(recipe.value("report_to")):
+    if reports_to_wandb(recipe.setting("report_to")):
         needed.add("wandb")
     return needed
 
@@ -263,12 +263,12 @@ def is_real_run(recipe) -> bool:
     """A recipe run at its own size: no profile, and not one of the embedded CPU-size models (tiny, nano)."""
     from rlhf_recipes.models import EMBEDDED
 
-    return recipe.args.profile is None and recipe.value("model_name_or_path") not in EMBEDDED
+    return recipe.args.profile is None and recipe.model.model_name_or_path not in EMBEDDED
 
 
 def cpu_requested(recipe) -> bool:
     """The user chose the CPU: the recipe's `use_cpu`, or an accelerate config with `use_cpu: true`."""
-    return bool(recipe.value("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
+    return bool(recipe.setting("use_cpu")) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() == "true"
 
 
 def one_process_many_gpus(gpus: int) -> Finding:
@@ -296,7 +296,7 @@ def accelerator_finding(recipe) -> Finding | None:
         return bf16_finding(recipe) or Finding(OK, "gpus", f"torch sees {torch.cuda.device_count()} GPU(s)")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return Finding(OK, "gpus", "torch sees an Apple GPU (MPS)")
-    return Finding(STOP, "gpus", f"{recipe.source}: a real run of `{recipe.value('model_name_or_path')}` but torch "
+    return Finding(STOP, "gpus", f"{recipe.source}: a real run of `{recipe.model.model_name_or_path}` but torch "
                                  f"{torch.__version__} sees no GPU, so it would train on the CPU. {no_gpu_fix()}; or "
                                  f"{ALLOW_CPU_HINT} (--profile tiny for a smoke run)")
 
@@ -307,7 +307,7 @@ def bf16_finding(recipe) -> Finding | None:
     import torch
 
     major, minor = torch.cuda.get_device_capability()
-    if major >= 8 or not (recipe.value("bf16") or recipe.value("dtype") == "bfloat16"):
+    if major >= 8 or not (recipe.setting("bf16") or recipe.model.dtype == "bfloat16"):
         return None
     return Finding(WARN, "gpus", f"{torch.cuda.get_device_name()} (compute capability {major}.{minor}) has no bf16 "
                                  "units, and the recipe trains in bf16: torch emulates it, many times slower. Train in "
@@ -333,7 +333,7 @@ def no_gpu_fix() -> str:
 def check_output_dir(recipe) -> str:
     """The recipe's output_dir, refused in one line when it cannot be written (the run's validation.check_inputs
     and `rlhf-recipes preflight` both refuse with this line)."""
-    folder = recipe.value("output_dir")
+    folder = recipe.setting("output_dir")
     problem = unwritable_reason(folder)
     if problem:
         raise RecipeError(f"{recipe.where('output_dir')} {folder} cannot be written: {problem}. Pick another "
@@ -344,16 +344,16 @@ def check_output_dir(recipe) -> str:
 def checkpoint_count(recipe) -> int | None:
     """How many checkpoints the run keeps at most: save_total_limit, else every save it will make (None: unknown,
     an epoch-based run whose steps depend on the data)."""
-    strategy = str(getattr(recipe.value("save_strategy"), "value", recipe.value("save_strategy")) or "steps")
+    strategy = str(getattr(recipe.setting("save_strategy"), "value", recipe.setting("save_strategy")) or "steps")
     if strategy == "no":
         return 0
     saves = None
-    steps, every = recipe.value("max_steps"), recipe.value("save_steps")
+    steps, every = recipe.setting("max_steps"), recipe.setting("save_steps")
     if strategy == "steps" and every and every < 1:  # a fraction of the steps, however many the data makes
         saves = int(1 / every + 1e-9)
     elif strategy == "steps" and isinstance(steps, int) and steps > 0 and every:
         saves = int(steps // every)
-    limit = recipe.value("save_total_limit")
+    limit = recipe.setting("save_total_limit")
     if limit:
         return min(limit, saves) if saves is not None else limit
     return saves
@@ -367,15 +367,15 @@ def checkpoint_bytes(recipe, params: int, trainable: int | None = None, deepspee
     trainable = params if trainable is None else trainable
     deepspeed = deepspeed_launch() if deepspeed is None else deepspeed
     optimizer = trainable * (12 if deepspeed else 2 * p)
-    weights = params * p if not recipe.value("use_peft") else trainable * 4
+    weights = params * p if not recipe.model.use_peft else trainable * 4
     size = weights + optimizer
-    if recipe.value("share_value_backbone") is False:  # PPO's own value model is saved with the policy
+    if recipe.setting("share_value_backbone") is False:  # PPO's own value model is saved with the policy
         size *= 2
     return int(size)
 
 
 def _bytes_per_weight(recipe) -> int:
-    return 4 if str(recipe.value("dtype")) in ("float32", "fp32") else 2
+    return 4 if str(recipe.model.dtype) in ("float32", "fp32") else 2
 
 
 def disk_finding(recipe, params: int | None = None, trainable: int | None = None,
@@ -384,10 +384,10 @@ def disk_finding(recipe, params: int | None = None, trainable: int | None = None
     model's parameter count (the preflight tool has the planner's; `train` reads a local or cached model's
     safetensors headers). Stop when not even the first checkpoint fits; warn when the whole run does not."""
     if params is None:
-        params = cached_parameter_count(recipe.value("model_name_or_path"))
+        params = cached_parameter_count(recipe.model.model_name_or_path)
     if params is None:
         return None
-    where = _existing_parent(Path(str(recipe.value("output_dir"))))
+    where = _existing_parent(Path(str(recipe.setting("output_dir"))))
     try:
         free = shutil.disk_usage(where).free
     except OSError:
@@ -395,7 +395,7 @@ def disk_finding(recipe, params: int | None = None, trainable: int | None = None
     kept = checkpoint_count(recipe)
     each = checkpoint_bytes(recipe, params, trainable, deepspeed)
     final = params * _bytes_per_weight(recipe)
-    folder = recipe.value("output_dir")
+    folder = recipe.setting("output_dir")
     if kept == 0:
         need, what = final, "its final model"
     elif kept is None:

@@ -52,7 +52,7 @@ def quiet_known_noise() -> None:
 
 def explain_once(recipe) -> None:
     """The one line that replaces a silenced warning which concerns a recipe's own choice."""
-    if recipe.value("truncation_mode") == "keep_end":
+    if recipe.setting("truncation_mode") == "keep_end":
         logging.getLogger("rlhf_recipes").info(
             "truncation_mode keep_end: long examples are cut from the left, as the book does (TRL 1.16 deprecates "
             "this mode; it is kept on purpose)")
@@ -60,8 +60,9 @@ def explain_once(recipe) -> None:
 
 # Installed, yet imported by other libraries whether a run uses them or not.
 UNUSED_UNLESS_NEEDED = ("bitsandbytes", "wandb")
-# Each of these reads whether those are installed once, when it is imported.
-_READ_AT_IMPORT = ("transformers", "peft", "trl", "accelerate", *UNUSED_UNLESS_NEEDED)
+# Each of these reads whether those are installed once, when it is imported. (Not TRL's own package, which a recipe's
+# reading imports for ModelConfig: its trainers read it through transformers and peft, listed here.)
+_READ_AT_IMPORT = ("transformers", "peft", "accelerate", *UNUSED_UNLESS_NEEDED)
 
 
 def leave_out_unused(needed: set[str]) -> None:

@@ -21,8 +21,8 @@ def periodic_evaluation(recipe) -> PeriodicEvaluation | None:
     every = recipe.args.eval_every
     if not every:
         return None
-    options = EvalOptions(name="periodic", num_problems=recipe.args.eval_problems, k=0, seed=recipe.value("seed"),
-                          batch_size=recipe.value("per_device_eval_batch_size") or 8, samples=0)
+    options = EvalOptions(name="periodic", num_problems=recipe.args.eval_problems, k=0, seed=recipe.training.seed,
+                          batch_size=recipe.training.per_device_eval_batch_size or 8, samples=0)
     evaluator = evaluator_for(recipe, options)
     evaluator.data()
     return PeriodicEvaluation(evaluator, every)

@@ -267,7 +267,7 @@ def prepare_output_dir(recipe: Recipe, command: str = "") -> RunFolder:
 
     Writes only the lock (undone by `RunFolder.end`): `RunFolder.claim` writes the run's files, once the data
     and model have been checked. `command` is what the lock's holder file says is running."""
-    output_dir = Path(recipe.value("output_dir"))
+    output_dir = Path(recipe.setting("output_dir"))
     folder = RunFolder(output_dir, resolved=dict(recipe.resolved))
     # An output_dir that cannot be written gets no lock: check_inputs names the problem in one line.
     if is_main_process() and unwritable_reason(output_dir) is None:
@@ -398,11 +398,11 @@ def configure_reporting(recipe: Recipe, resuming: bool = False) -> None:
     if recipe.args.wandb_mode:
         os.environ["WANDB_MODE"] = recipe.args.wandb_mode
     # wandb's files belong with the run they log (<output_dir>/wandb), even when one process runs several recipes.
-    os.environ["WANDB_DIR"] = str(recipe.value("output_dir"))
+    os.environ["WANDB_DIR"] = str(recipe.setting("output_dir"))
     from rlhf_recipes.preflight import reports_to_wandb
 
-    if resuming and "WANDB_RUN_ID" not in os.environ and reports_to_wandb(recipe.value("report_to")):
-        latest = Path(recipe.value("output_dir")) / "wandb" / "latest-run"  # wandb's link: [offline-]run-<time>-<id>
+    if resuming and "WANDB_RUN_ID" not in os.environ and reports_to_wandb(recipe.setting("report_to")):
+        latest = Path(recipe.setting("output_dir")) / "wandb" / "latest-run"  # wandb's link: [offline-]run-<time>-<id>
         if latest.is_symlink():
             _WANDB_RESUME_SET.update(WANDB_RUN_ID=os.readlink(latest).rsplit("-", 1)[-1], WANDB_RESUME="allow")
             os.environ.update(_WANDB_RESUME_SET)

@@ -38,7 +38,8 @@ def settings(recipe) -> tuple[list[Setting], str | None]:
         built, problem = {}, str(e)
     out: list[Setting] = []
     seen: set[str] = set()
-    for group, values in recipe.typed.items():
+    for group, fields in recipe.schema.items():
+        values = recipe.group_values(group)  # as layered, before the class's __post_init__
         obj = built.get(group)
         names = [f.name for f in dataclasses.fields(obj)] if obj is not None else list(values)
         for key in names:
@@ -51,7 +52,7 @@ def settings(recipe) -> tuple[list[Setting], str | None]:
                 if obj is not None and _differs(value, values[key]):
                     source += f"; the config class made it {value!r} from {values[key]!r}"
                 out.append(Setting(group, key, value, source, False))
-            elif obj is not None and key in recipe.defaults and _differs(value, recipe.defaults[key]):
+            elif obj is not None and "default" in fields.get(key, {}) and _differs(value, fields[key]["default"]):
                 out.append(Setting(group, key, value, f"set by {type(obj).__name__} from its other values", False))
             else:
                 out.append(Setting(group, key, value, "default", True))

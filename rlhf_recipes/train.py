@@ -77,7 +77,7 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
     from rlhf_recipes.run_evaluations import heldout_target, periodic_evaluation
 
     # An embedded nano base (nano, nano-sdpo) is built once by its own SFT recipe through this runner, and cached.
-    build_missing_bases(recipe.value("model_name_or_path"))
+    build_missing_bases(recipe.model.model_name_or_path)
     family = family_of(recipe.algorithm)
     set_torch_threads(recipe)  # before the data: a source may sample from a model (the nano pairs)
     skip_unused_shm_op()  # a DeepSpeed launch on a CPU: no C++ build of an op training never calls
@@ -85,7 +85,7 @@ def build(recipe, folder, extra_callbacks: tuple = (), argv: list[str] = ()):
     folder.agree_on_checkpoint()  # the process group is up now (TrainingArguments): every rank resumes the same one
     tokenizer = load_tokenizer(recipe.model)
     train, eval = load_splits(recipe)
-    if recipe.value("num_generations") is not None:  # a family that generates: TRL never truncates its prompts
+    if getattr(recipe.training, "num_generations", None) is not None:  # it generates: TRL never truncates prompts
         from rlhf_recipes.model_checks import check_prompt_positions
 
         check_prompt_positions(recipe, tokenizer, train)

@@ -279,7 +279,7 @@ def check_model(name: str | None, flag: str, chat_template: bool = False) -> Non
 def check_value_model(recipe) -> None:
     """PPO's value_model_path: a hub id, a saved model, or a reward-model run (its merged/ copy for a LoRA run, which
     the value model loads as `rm:` rewards do)."""
-    name = recipe.value("value_model_path")
+    name = recipe.setting("value_model_path")
     if not name:
         return
     flag = recipe.where("value_model_path")
@@ -297,7 +297,7 @@ def check_token_classifiers(recipe) -> None:
     from rlhf_recipes.registry import family_of
 
     for key in family_of(recipe.algorithm).token_classifiers(recipe):
-        name = str(recipe.value(key))
+        name = str(recipe.setting(key) if key != "model_name_or_path" else recipe.model.model_name_or_path)
         try:
             model_type = (model_config(full_model(name)) or {}).get("model_type")
         except ValueError:  # no full model in that folder: check_model / check_value_model name it
@@ -315,14 +315,14 @@ def check_token_classifiers(recipe) -> None:
 
 def check_rollout_backend(recipe) -> None:
     """A policy-gradient or PPO recipe's rollout_backend: its package, a GPU, and model settings it cannot honour."""
-    name = recipe.value("rollout_backend")
+    name = recipe.setting("rollout_backend")
     if name is None:  # not a policy-gradient recipe
         return
     from custom_losses.policy_gradient.rollout_backends import environment_problem
 
     try:
-        problem = environment_problem(name, dtype=recipe.value("dtype"), bf16=bool(recipe.value("bf16")),
-                                      load_in_8bit=bool(recipe.value("load_in_8bit")))
+        problem = environment_problem(name, dtype=recipe.model.dtype, bf16=bool(recipe.setting("bf16")),
+                                      load_in_8bit=bool(recipe.model.load_in_8bit))
     except ValueError as e:  # an unknown name
         raise RecipeError(f"{recipe.where('rollout_backend')}: {e}") from None
     if problem:
@@ -351,7 +351,7 @@ def check_inputs(recipe) -> None:
     elif source is not None and source.generate is None and not recipe.tiny:
         check_hub_dataset(args.dataset_name or source.hub_id, recipe.where("dataset_name" if args.dataset_name
                                                                           else "dataset"))
-    check_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"),
+    check_model(recipe.model.model_name_or_path, recipe.where("model_name_or_path"),
                 chat_template=family_of(recipe.algorithm).needs_chat_template)
     check_value_model(recipe)
     check_token_classifiers(recipe)
@@ -363,7 +363,7 @@ def check_inputs(recipe) -> None:
 
 def check_rewards(recipe) -> None:
     """The reward functions' names, and every learned reward model (`rm:` folders, a scorer's model) the run loads."""
-    names = recipe.value("reward_funcs") or []
+    names = recipe.setting("reward_funcs") or []
     if names:
         import rewards
 
@@ -374,8 +374,8 @@ def check_rewards(recipe) -> None:
     for spec in names:
         if isinstance(spec, str) and spec.startswith(RM_PREFIX):
             check_reward_model(spec[len(RM_PREFIX):], recipe.where("reward_funcs"))
-    scorer = recipe.value("reward_model")  # a config's reward model that is not a reward function (rejection sampling)
-    if isinstance(scorer, str) and recipe.value("reward_func") is None:  # a verifier replaces it (nano)
+    scorer = recipe.setting("reward_model")  # a config's reward model, not a reward function (rejection sampling)
+    if isinstance(scorer, str) and recipe.setting("reward_func") is None:  # a verifier replaces it (nano)
         if scorer.startswith(RM_PREFIX):
             check_reward_model(scorer[len(RM_PREFIX):], recipe.where("reward_model"))
         else:

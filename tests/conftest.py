@@ -31,6 +31,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def setting_of(recipe, key: str):
+    """A recipe's value of `key` as a run reads it: ours and the model's from their built configs, the trainer's
+    through recipe.setting (the real recipes' bf16 config cannot be built on a CPU machine)."""
+    built = {"recipe": recipe.args, "model": recipe.model}.get(recipe.group_of(key))
+    return getattr(built, key) if built is not None else recipe.setting(key)
+
+
 def run_recipe(recipe: str | Path, output_dir: Path, *extra: str, expect: int = 0) -> dict:
     """Run `recipes/run.py RECIPE --profile tiny --output_dir OUT EXTRA...` in this process.
 

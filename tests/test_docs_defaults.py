@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import setting_of
 
 REPO = Path(__file__).resolve().parents[1]
 RS = [f"rejection_sampling_{rule}" for rule in ("top_per_prompt", "random_per_prompt", "top_k_overall",
@@ -136,8 +137,8 @@ def test_a_pages_stated_defaults_are_its_recipes_values(page):
     for name in PAGE_RECIPES[page]:
         recipe = resolved(name)
         for key, text in [*option_defaults(page), *recipe_pairs(page)]:
-            if not same(text, recipe.value(key)):
-                wrong.append(f"{name}: `{key}` is {recipe.value(key)!r}, the page says {text}")
+            if not same(text, setting_of(recipe, key)):
+                wrong.append(f"{name}: `{key}` is {setting_of(recipe, key)!r}, the page says {text}")
     assert not wrong, f"{page}:\n" + "\n".join(wrong)
 
 
@@ -145,14 +146,14 @@ def test_a_pages_stated_defaults_are_its_recipes_values(page):
 def test_book_settings_columns_are_the_recipes_values(page):
     stated = book_settings(page)
     assert len({name for name, *_ in stated}) >= 4, "the 'book settings' column was not parsed"
-    wrong = [f"{name}: `{key}` is {resolved(name).value(key)!r}, the page says {text} ({cell})"
-             for name, key, text, cell in stated if not same(text, resolved(name).value(key))]
+    wrong = [f"{name}: `{key}` is {setting_of(resolved(name), key)!r}, the page says {text} ({cell})"
+             for name, key, text, cell in stated if not same(text, setting_of(resolved(name), key))]
     assert not wrong, f"{page}:\n" + "\n".join(wrong)
 
 
 def test_the_checks_can_fail():
     """A made-up wrong default is caught, and TRL's value in parentheses is not taken for ours."""
-    assert not same("0.9", resolved("ppo").value("lam")) and same("5e-6", 5e-06) and same("0", 0.0)
+    assert not same("0.9", setting_of(resolved("ppo"), "lam")) and same("5e-6", 5e-06) and same("0", 0.0)
     assert not same("true", False) and same("null", None)
     row = "| x | `max_reprompt_len: 1024` (TRL: `max_reprompt_len: 10240`) |"
     cells = [c.strip() for c in row.strip().split("|")[1:-1]]
@@ -180,6 +181,6 @@ def test_policy_gradient_book_default_rows_are_every_recipes_values():
     wrong = []
     for label, (words, key, value) in BOOK_DEFAULT_ROWS.items():
         assert words in rows.get(label, ""), f"docs/policy_gradients.md: the row `{label}` no longer says `{words}`"
-        wrong += [f"{name}: `{key}` is {resolved(name).value(key)!r}, the row `{label}` says {value!r}"
-                  for name in recipes if resolved(name).value(key) != value]
+        wrong += [f"{name}: `{key}` is {setting_of(resolved(name), key)!r}, the row `{label}` says {value!r}"
+                  for name in recipes if setting_of(resolved(name), key) != value]
     assert not wrong, "\n".join(wrong)

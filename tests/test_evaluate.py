@@ -412,6 +412,6 @@ def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
 
     for beta, margin in ((0.0, 0.0), (0.5, 1.0)):
         recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True), training=SimpleNamespace(),
-                                 value={"beta": beta}.get)
+                                 setting={"beta": beta}.get)
         scores = Fake(recipe, EvalOptions()).score("policy", None)
         assert scores.per_problem["implicit_margin"] == [margin], beta

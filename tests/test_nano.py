@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES
+from conftest import RECIPES, setting_of
 
 GRPO_STEPS = 160  # 40 rollout batches on the nano overlay: ~1 minute on one CPU thread
 
@@ -49,15 +49,15 @@ def test_nano_profile_layers_like_tiny_and_keeps_the_algorithms_settings():
     assert len(names) == 10 and "ppo" in names and "dpo" not in names
     for name in names:
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
-        assert recipe.value("model_name_or_path") == "nano" and recipe.origin["learning_rate"].startswith(
+        assert recipe.model.model_name_or_path == "nano" and recipe.origin["learning_rate"].startswith(
             "profile nano (")
         assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
         for key, value in ALGORITHMS[name].defaults.items():
-            assert recipe.value(key) == value, (name, key)
-        assert recipe.value("generation_batch_size") % recipe.value("effective_batch_size") == 0
+            assert setting_of(recipe, key) == value, (name, key)
+        assert setting_of(recipe, "generation_batch_size") % setting_of(recipe, "effective_batch_size") == 0
     explicit = load_recipe([str(RECIPES / "grpo.yaml"), "--profile", "nano", "--learning_rate", "3e-5"],
                            construct=False)
-    assert explicit.value("learning_rate") == 3e-5  # the command line still wins over the profile
+    assert setting_of(explicit, "learning_rate") == 3e-5  # the command line still wins over the profile
     with pytest.raises(RecipeError, match="profile `nano` does not run the sft family"):
         load_recipe([str(RECIPES / "sft.yaml"), "--profile", "nano"], construct=False)
     # nano swaps the data for spell_backward: a recipe rewarded by a learned RM (the HH pipeline's) is refused

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES
+from conftest import RECIPES, setting_of
 
 PROMPTS = 600  # prompts drawn for training pairs (122 pairs on the shipped nano base; the profile draws 3000)
 STEPS = 40  # optimizer steps of 32 pairs (the profile runs 200)
@@ -98,17 +98,17 @@ def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     assert len(names) == 9 and "dpo" in names and "grpo" not in names
     for name in names:
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
-        assert recipe.value("model_name_or_path") == "nano" and recipe.args.dataset == "reasoning_gym_preferences"
+        assert recipe.model.model_name_or_path == "nano" and recipe.args.dataset == "reasoning_gym_preferences"
         for key, value in ALGORITHMS[name].defaults.items():
-            assert recipe.value(key) == value, (name, key)
+            assert setting_of(recipe, key) == value, (name, key)
         own_beta = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["beta"]
         nano = read_profile("nano")
         own = nano.algorithms.get(name, {})
-        assert recipe.value("beta") == own.get("beta", own_beta), name
+        assert setting_of(recipe, "beta") == own.get("beta", own_beta), name
         if "beta" in own:
             assert recipe.origin["beta"] == f"profile nano (algorithms.{name})", name
         # the family's nano lr unless the profile sets the algorithm's own (SimPO: the book's ratio)
-        assert recipe.value("learning_rate") == own.get(
+        assert setting_of(recipe, "learning_rate") == own.get(
             "learning_rate", nano.families["direct_alignment"]["learning_rate"]), name
-    beta = load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False).value("beta")
+    beta = setting_of(load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False), "beta")
     assert beta == 1.0  # the recipe's 0.1 is the book's; nano's summed log-ratios need 1.0 (recipes/profiles/nano.yaml)

@@ -95,11 +95,11 @@ def test_preference_reward_models_train_on_the_nano_pairs():
 
     for name in ("preference_rm", "hh_rm"):
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
-        assert recipe.value("dataset") == "reasoning_gym_preferences" and recipe.value("model_name_or_path") == "nano"
-        assert recipe.value("dataset_kwargs")["tasks"][0]["name"] == "spell_backward"
-        assert "rollouts" not in recipe.value("dataset_kwargs")  # the rollout sampler's settings are the ORM's
+        assert recipe.args.dataset == "reasoning_gym_preferences" and recipe.model.model_name_or_path == "nano"
+        assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
+        assert "rollouts" not in recipe.args.dataset_kwargs  # the rollout sampler's settings are the ORM's
     orm = load_recipe([str(RECIPES / "orm.yaml"), "--profile", "nano"], construct=False)
-    assert orm.value("dataset") == "reasoning_gym_rollouts" and "rollouts" in orm.value("dataset_kwargs")
+    assert orm.args.dataset == "reasoning_gym_rollouts" and "rollouts" in orm.args.dataset_kwargs
 
 
 def test_nano_orm_picks_the_correct_rollout_more_often_than_a_random_pick(nano_base, tmp_path):

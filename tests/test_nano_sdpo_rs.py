@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES
+from conftest import RECIPES, setting_of
 
 RS_RULES = ("top_per_prompt", "random_per_prompt", "top_k_overall", "random_k_overall")
 
@@ -31,10 +31,10 @@ def test_sdpo_and_rejection_sampling_resolve_on_nano_with_their_own_settings():
     for name in names:
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"])
         start = "nano-sdpo" if name == "sdpo" else "nano"  # SDPO's teacher must read its prompt (docs/nano.md)
-        assert recipe.value("model_name_or_path") == start and recipe.args.dataset == "reasoning_gym"
+        assert recipe.model.model_name_or_path == start and recipe.args.dataset == "reasoning_gym"
         assert recipe.args.dataset_kwargs["tasks"][0]["name"] == "spell_backward"
         for key, value in ALGORITHMS[name].defaults.items():
-            assert recipe.value(key) == value, (name, key)
+            assert setting_of(recipe, key) == value, (name, key)
         check_inputs(recipe)  # the recipe's hub reward model (AceMath) is not required: the verifier replaces it
     sdpo = load_recipe([str(RECIPES / "sdpo.yaml"), "--profile", "nano"])
     assert sdpo.training.success_reward_threshold == 1.0 and sdpo.training.redraw_failed_groups

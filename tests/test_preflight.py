@@ -14,7 +14,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from conftest import RECIPES, ROOT
+from conftest import RECIPES, ROOT, setting_of
 from rlhf_recipes import preflight
 from rlhf_recipes.config import load_recipe
 from rlhf_recipes.errors import RecipeError
@@ -122,7 +122,7 @@ def test_every_real_recipe_keeps_two_checkpoints_unless_it_says_otherwise():
     for path in recipes:
         recipe = _recipe(str(path))
         assert recipe.resolved.get("save_total_limit") == 2, path.name
-        saves_nothing = recipe.value("save_strategy") == "no"  # the nano base builds: minutes on a CPU
+        saves_nothing = setting_of(recipe, "save_strategy") == "no"  # the nano base builds: minutes on a CPU
         assert preflight.checkpoint_count(recipe) == (0 if saves_nothing else 2), path.name
     dpo = _recipe(str(RECIPES / "dpo.yaml"))
     assert dpo.resolved["save_steps"] == 0.1 and "default for a real run" in dpo.where("save_steps")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_recipe
+from conftest import ROOT, run_recipe, setting_of
 from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.data.sources import DataError, normalize_rows
 from rlhf_recipes.registry import ALGORITHMS
@@ -17,10 +17,14 @@ from rlhf_recipes.registry import ALGORITHMS
 DERIVED_BY_TRL = {"debug", "accelerator_config", "disable_tqdm", "pad_to_multiple_of", "gradient_checkpointing",
                   "report_to", "steps_per_generation", "generation_batch_size", "do_eval", "epsilon_high",
                   "activation_checkpointing", "dataset_kwargs"}  # dataset_kwargs: ours (RecipeArgs) and SFTConfig's
-# What `rlhf-recipes evaluate` and the trained-model tools read with recipe.value(), never building TRL's configs.
+# What `rlhf-recipes evaluate`, the data sources and the trained-model tools read with recipe.setting(), never
+# building TRL's configs.
 READ_WITHOUT_TRL = {"seed", "per_device_eval_batch_size", "max_length", "boxed_rule", "eval_split", "eval_questions",
                     "eval_max_new_tokens", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
-                    "chat_template_from", "enable_thinking", "chat_template_kwargs", "model_name_or_path", "dtype"}
+                    "chat_template_from", "enable_thinking", "chat_template_kwargs", "output_dir", "reward_funcs",
+                    "value_model_path", "share_value_backbone", "rollout_backend", "bf16"}
+# (report_to is read before the build too, through preflight.reports_to_wandb, which applies transformers' own
+# normalisation of `all` and `none`: it is in DERIVED_BY_TRL.)
 ALL_RECIPES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").glob("*.yaml"))
 
 
@@ -32,13 +36,12 @@ def test_every_recipe_resolves(recipe, profile, tmp_path):
     resolved = load_recipe(argv)
     assert resolved.algorithm.name in ALGORITHMS
     assert resolved.resolved["algorithm"] == resolved.algorithm.name
-    # `recipe.value(key)` (what evaluation, chat and export read, without importing TRL) is what the built configs
-    # hold, except the few values TRL's __post_init__ derives or rewrites, which nothing reads through value().
+    # `recipe.setting(key)` (what the checks before TRL's import, evaluation, chat and export read) is what the built
+    # trainer's config holds, except the few values TRL's __post_init__ derives or rewrites, read by none of them.
     differ = set()
-    for key in set(resolved.defaults) | {k for group in resolved.typed.values() for k in group}:
-        owner = next((c for c in (resolved.args, resolved.model, resolved.training) if hasattr(c, key)), None)
-        built = getattr(owner, key, None)
-        if (built.value if isinstance(built, enum.Enum) else built) != resolved.value(key):
+    for key in set(resolved.schema["training"]) - set(resolved.schema["recipe"]) - set(resolved.schema["model"]):
+        built = getattr(resolved.training, key, None)
+        if (built.value if isinstance(built, enum.Enum) else built) != resolved.setting(key):
             differ.add(key)
     assert differ <= DERIVED_BY_TRL, differ - DERIVED_BY_TRL
     assert not differ & READ_WITHOUT_TRL
@@ -120,7 +123,7 @@ def test_a_kl_coefficient_where_the_books_loss_has_no_kl_term_is_refused(recipe,
     yaml.write_text((ROOT / f"recipes/{recipe}.yaml").read_text() + "beta: 0.1\n")
     with pytest.raises(RecipeError, match=f"^{yaml}: `beta` 0.1"):
         load_recipe([str(yaml)], construct=False)
-    assert load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.0"], construct=False).value("beta") == 0.0
+    assert setting_of(load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.0"], construct=False), "beta") == 0.0
 
 
 @pytest.mark.parametrize("recipe", ["dpo", "dpo_norm"])
@@ -128,11 +131,11 @@ def test_label_smoothing_that_trls_loss_would_ignore_is_refused(recipe):
     """TRL's sigmoid and sigmoid_norm losses read no label_smoothing: a 0.1 trained plain DPO without a word."""
     with pytest.raises(RecipeError, match=r"^command line: `label_smoothing` 0.1: TRL's sigmoid"):
         load_recipe([f"recipes/{recipe}.yaml", "--label_smoothing", "0.1"], construct=False)
-    assert load_recipe(["recipes/cdpo.yaml"], construct=False).value("label_smoothing") == 0.1
+    assert setting_of(load_recipe(["recipes/cdpo.yaml"], construct=False), "label_smoothing") == 0.1
     # another TRL loss that reads it (robust DPO) takes it
     robust = load_recipe([f"recipes/{recipe}.yaml", "--loss_type", "[robust]", "--label_smoothing", "0.1"],
                          construct=False)
-    assert robust.value("label_smoothing") == 0.1
+    assert setting_of(robust, "label_smoothing") == 0.1
 
 
 def test_wrong_type_names_key_and_expected_type():
@@ -174,8 +177,8 @@ def test_a_flag_without_its_value_is_one_line_naming_it(argv, flag):
 
 def test_a_boolean_flag_alone_still_switches_it_on(tmp_path):
     r = load_recipe(["recipes/dpo.yaml", "--profile", "tiny", "--output_dir", str(tmp_path), "--use_peft",
-                     "--gradient_checkpointing", "--overwrite", "--resume"])
-    assert r.model.use_peft is True and r.value("gradient_checkpointing") is True and r.args.overwrite is True
+                     "--logging_first_step", "--overwrite", "--resume"])
+    assert r.model.use_peft is True and r.training.logging_first_step is True and r.args.overwrite is True
     assert r.args.resume == "latest"
     import yaml
 

@@ -44,6 +44,9 @@ def tiny(recipe: str, out: Path, *extra: str) -> list[str]:
     ("dpo.yaml", ("--use_peft", "true", "--lora_target_modules", "q_proj,query_key_value"),
      "`tiny` has no module query_key_value; its linear layers are down_proj, gate_proj, k_proj, lm_head, o_proj, "
      "q_proj, up_proj, v_proj"),
+    # one name: ModelConfig's __post_init__ makes the list the bare string, which the check used to skip
+    ("dpo.yaml", ("--use_peft", "true", "--lora_target_modules", "query_key_value"),
+     "`tiny` has no module query_key_value;"),
     ("dpo.yaml", ("--max_length", "1e8"), "`max_length` is 100000000, more than the 2048 positions of `tiny`"),
     ("grpo.yaml", ("--max_completion_length", "2040"), "plus max_completion_length 2040 exceeds the 2048 positions"),
 ])

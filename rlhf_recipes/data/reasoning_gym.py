@@ -91,7 +91,7 @@ VALIDATION_FROM = 1000
 
 def training_seed(recipe) -> int:
     """The composite's seed: dataset_kwargs.seed, else the recipe's `seed`."""
-    return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.value("seed")))
+    return int((recipe.args.dataset_kwargs or {}).get("seed", recipe.setting("seed")))
 
 
 def build_rows(recipe, size: int, seed: int, kwargs: dict[str, Any] | None = None) -> "Dataset":

@@ -70,7 +70,7 @@ def sampled_pairs(recipe, size: int, seed: int,
     from rlhf_recipes.data.sampled_rollouts import sampled_rollouts
     from rlhf_recipes.models import resolve_model_path
 
-    rows = sampled_rollouts(recipe, resolve_model_path(recipe.value("model_name_or_path")), size=size, seed=seed,
+    rows = sampled_rollouts(recipe, resolve_model_path(recipe.model.model_name_or_path), size=size, seed=seed,
                             n=ROLLOUTS_PER_PROMPT, max_new_tokens=MAX_NEW_TOKENS, sampling=SAMPLING)
     kept = [r for r in rows if r["prompt"][-1]["content"] not in skip]
     pairs = [p for p in map(preference_pair, kept) if p is not None]
@@ -87,7 +87,7 @@ def generate(recipe) -> "Dataset":
     pairs, unpaired, _ = sampled_pairs(recipe, args.num_samples, training_seed(recipe))
     if not pairs:
         raise DataError(f"{where}: none of the {args.num_samples} prompts got both a correct and an incorrect "
-                        f"completion in {ROLLOUTS_PER_PROMPT} samples from `{recipe.value('model_name_or_path')}`; "
+                        f"completion in {ROLLOUTS_PER_PROMPT} samples from `{recipe.model.model_name_or_path}`; "
                         "the model is always or never right on this task: draw more prompts or start from another "
                         "model")
     logger.warning("%s: %d preference pairs from %d prompts (%d had no correct/incorrect contrast in %d samples)",
@@ -113,12 +113,12 @@ def heldout(recipe, count: int | None) -> tuple[list[dict[str, Any]], dict[str, 
         size *= 2
     if not pairs:
         raise EvalError(f"{recipe.source}: no held-out prompt got both a correct and an incorrect completion in "
-                        f"{ROLLOUTS_PER_PROMPT} samples from `{recipe.value('model_name_or_path')}`")
+                        f"{ROLLOUTS_PER_PROMPT} samples from `{recipe.model.model_name_or_path}`")
     pairs = pairs[:count]
     data = {"source": "reasoning_gym_preferences", "tasks": (recipe.args.dataset_kwargs or {}).get("tasks"),
             "split": "heldout", "seed": seed, "problems": len(pairs), "prompts_drawn": size,
             "prompts_without_pair": unpaired,
-            "overlaps_dropped": skipped, "sampled_from": recipe.value("model_name_or_path"),
+            "overlaps_dropped": skipped, "sampled_from": recipe.model.model_name_or_path,
             "sampling": {"rollouts_per_prompt": ROLLOUTS_PER_PROMPT, "max_new_tokens": MAX_NEW_TOKENS, **SAMPLING},
             "construction": f"prompts of the recipe's composite drawn with seed {seed - HELDOUT_SEED_OFFSET} + "
                             f"{HELDOUT_SEED_OFFSET}, training prompts skipped; per prompt {ROLLOUTS_PER_PROMPT} "

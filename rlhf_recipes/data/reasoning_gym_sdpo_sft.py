@@ -68,7 +68,7 @@ def generate(recipe) -> "Dataset":
     replay_prompts = rows["prompt"][n_teacher:]
     replies = []
     if replay_prompts:
-        groups = generate_from(resolve_model_path(recipe.value("model_name_or_path")), replay_prompts, n=1,
+        groups = generate_from(resolve_model_path(recipe.model.model_name_or_path), replay_prompts, n=1,
                                batch_size=256, max_new_tokens=REPLAY_MAX_NEW_TOKENS,
                                desc="replay: the starting model's greedy answers")
         replies = [group[0] for group in groups]

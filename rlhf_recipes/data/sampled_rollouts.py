@@ -41,7 +41,7 @@ def _model_fingerprint(model_path: str) -> str:
 
 
 def _template_kwargs(recipe) -> dict | None:
-    return recipe.value("chat_template_kwargs")  # a TRL config's field; not every family has it (None then)
+    return recipe.setting("chat_template_kwargs")  # a TRL config's field; not every family has it (None then)
 
 
 def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,

@@ -131,8 +131,8 @@ class Evaluator:
         """How the recipe renders its prompts: its `enable_thinking` (rejection sampling) or its
         `chat_template_kwargs` (policy gradients, SDPO)."""
         if self.recipe.has("enable_thinking"):
-            return {"enable_thinking": self.recipe.value("enable_thinking")}
-        return self.recipe.value("chat_template_kwargs")
+            return {"enable_thinking": self.recipe.setting("enable_thinking")}
+        return self.recipe.setting("chat_template_kwargs")
 
     def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:
         """One completion of one held-out problem (or of a training row of the same task) graded as score()

@@ -23,7 +23,7 @@ def boxed_rule(recipe) -> str:
     """The recipe's \\boxed{} rule (rejection sampling's `boxed_rule`); the book's for recipes without one."""
     from custom_losses.rejection_sampling.grading import DEFAULT_BOXED_RULE
 
-    return recipe.value("boxed_rule") or DEFAULT_BOXED_RULE
+    return recipe.setting("boxed_rule") or DEFAULT_BOXED_RULE
 
 
 def grade(completion: str, gold: str, rule: str | None = None) -> dict[str, Any]:
@@ -46,10 +46,10 @@ class Gsm8kEvaluator(Evaluator):
     default_problems = None  # the whole split
 
     def split(self) -> str:
-        return self.recipe.value("eval_split") or DEFAULT_SPLIT
+        return self.recipe.setting("eval_split") or DEFAULT_SPLIT
 
     def num_problems(self) -> int | None:
-        return self.options.num_problems or self.recipe.value("eval_questions")
+        return self.options.num_problems or self.recipe.setting("eval_questions")
 
     def build_data(self):
         from rlhf_recipes.data import SOURCES, load_splits
@@ -68,7 +68,7 @@ class Gsm8kEvaluator(Evaluator):
         return kept, data
 
     def max_new_tokens(self) -> int:
-        value = self.recipe.value
+        value = self.recipe.setting
         return self.options.max_new_tokens or value("eval_max_new_tokens") or value("max_completion_length") or 512
 
     def grade(self, completion: str, problem: dict[str, Any]) -> dict[str, Any]:

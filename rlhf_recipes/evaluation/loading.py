@@ -45,7 +45,7 @@ def quantization_config(quantize: str | None):
 def load_kwargs(recipe, options: EvalOptions) -> dict:
     import torch
 
-    dtype = options.dtype or recipe.value("dtype")
+    dtype = options.dtype or recipe.model.dtype
     kwargs: dict = {"dtype": getattr(torch, dtype) if dtype not in (None, "auto") else dtype}
     quantization = quantization_config(options.quantize)
     if quantization is not None:
@@ -67,7 +67,7 @@ def load_causal_lm(path: str, recipe, options: EvalOptions):
     if "quantization_config" not in kwargs:
         model.to(device_of(options))
     source = path if any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")) else \
-        resolve_model_path(recipe.value("model_name_or_path"))
+        resolve_model_path(recipe.model.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -56,13 +56,13 @@ class PreferenceEvaluator(Evaluator):
             from rlhf_recipes.evaluation.loading import load_causal_lm
 
             options = EvalOptions(**{**self.options.settings(), "quantize": None})
-            self._reference = load_causal_lm(self.recipe.value("model_name_or_path"), self.recipe, options)
+            self._reference = load_causal_lm(self.recipe.model.model_name_or_path, self.recipe, options)
         return self._reference
 
     def logprobs(self, model, tokenizer, problems) -> dict[str, list[tuple[float, int]]]:
         from rlhf_recipes.generation import chat_ids, completion_logprobs
 
-        max_length = self.recipe.value("max_length")
+        max_length = self.recipe.setting("max_length")
         out = {}
         for side in ("chosen", "rejected"):
             pairs = [chat_ids(tokenizer, list(r["prompt"]), list(r[side])) for r in problems]
@@ -74,7 +74,7 @@ class PreferenceEvaluator(Evaluator):
         problems, _ = self.data()
         policy = self.logprobs(model, tokenizer, problems)
         reference_free = not self.recipe.algorithm.reference_model
-        beta = float(self.recipe.value("beta"))  # the run's own, 0 included (a tie on every pair, reported as such)
+        beta = float(self.recipe.setting("beta"))  # the run's own, 0 included (a tie on every pair, reported as such)
         if reference_free:
             rewards = {s: [lp / max(n, 1) for lp, n in policy[s]] for s in policy}
         else:
@@ -89,7 +89,7 @@ class PreferenceEvaluator(Evaluator):
         }
         scores = Scores(per_problem=per_problem, rates=frozenset({"logprob_accuracy"}),
                         decoding={"implicit_reward": "mean token log-prob" if reference_free else f"beta {beta} x "
-                                  "log-ratio to the reference", "max_length": self.recipe.value("max_length")})
+                                  "log-ratio to the reference", "max_length": self.recipe.setting("max_length")})
         if self.options.judge:
             self.judge(model, tokenizer, problems, scores)
         return scores

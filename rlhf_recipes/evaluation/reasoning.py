@@ -69,11 +69,11 @@ class ReasoningGymEvaluator(Evaluator):
 
     def max_new_tokens(self) -> int:
         # the evaluation's own budget (rejection sampling), else the completion budget
-        value = self.recipe.value
+        value = self.recipe.setting
         return self.options.max_new_tokens or value("eval_max_new_tokens") or value("max_completion_length") or 256
 
     def sampling(self) -> dict[str, Any]:
-        value = self.recipe.value
+        value = self.recipe.setting
         return {"temperature": value("temperature", 1.0), "top_p": value("top_p", 1.0),
                 "top_k": value("top_k") or None, "min_p": value("min_p") or None}
 

@@ -90,7 +90,7 @@ def evaluate(recipe, evaluator: Evaluator, model_path: str, baseline: bool = Fal
         full_model, full_tokenizer = full_evaluator.load(model_path)
         before, before_path = _timed_score(full_evaluator, full_model, full_tokenizer), f"{model_path} (unquantized)"
     elif baseline:
-        before_path = recipe.value("model_name_or_path")
+        before_path = recipe.model.model_name_or_path
         base_model, base_tokenizer = evaluator.load_baseline(before_path)
         before = _timed_score(evaluator, base_model, base_tokenizer)
         del base_model, base_tokenizer

@@ -26,7 +26,7 @@ class SftEvaluator(Evaluator):
 
     def load(self, path: str):
         model, tokenizer = super().load(path)
-        template_from = self.recipe.value("chat_template_from")
+        template_from = self.recipe.setting("chat_template_from")
         if tokenizer.chat_template is None and template_from:  # a base model: the template training copied
             from rlhf_recipes.models import copy_chat_template
 
@@ -43,7 +43,7 @@ class SftEvaluator(Evaluator):
         from rlhf_recipes.generation import chat_ids, generate, throughput
 
         problems, _ = self.data()
-        max_length = self.recipe.value("max_length")
+        max_length = self.recipe.setting("max_length")
         nll, tokens, correct = [], [], []
         device = next(model.parameters()).device
         for row in tqdm(problems, desc="held-out loss", unit="conversation"):

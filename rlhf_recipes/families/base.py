@@ -3,7 +3,7 @@
 A family (rlhf_recipes/families/<family>.py) is one object, `FAMILY`, an instance of a `Family`
 subclass that overrides only the hooks where it differs; `registry.family_of(algorithm)` returns it.
 The hooks, in the order a run calls them:
-  derive_batch(typed, origin, world_size)    effective batch -> TRL's batch options (gradient accumulation)
+  derive_batch(settings, origin, world_size) effective batch -> TRL's batch options (gradient accumulation)
   load_model(recipe, tokenizer)              the model to train (a causal LM unless the family says otherwise)
   build_trainer(recipe, model, tokenizer, train, eval, callbacks) -> transformers.Trainer
   final_results(recipe, trainer) -> dict     extra numbers for final_results.json (e.g. RM eval)
@@ -25,9 +25,9 @@ from rlhf_recipes.errors import RecipeError
 class Family:
     name: ClassVar[str] = ""
 
-    def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
+    def derive_batch(self, settings: dict[str, Any], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size (derive_gradient_accumulation, below)."""
-        derive_gradient_accumulation(typed, origin, world_size)
+        derive_gradient_accumulation(settings, origin, world_size)
 
     def load_model(self, recipe, tokenizer):
         from rlhf_recipes.models import load_causal_lm
@@ -94,7 +94,7 @@ class Family:
         return []
 
 
-def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int,
+def derive_gradient_accumulation(settings: dict[str, Any], origin: dict[str, str], world_size: int,
                                  indivisible: str | None = None) -> None:
     """Set gradient_accumulation_steps so that per-device batch x accumulation x world = effective batch.
 
@@ -102,10 +102,10 @@ def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[
     string with the fields where, effective, per_device, world_size, per_step, micro_batches (effective /
     per_device).
     """
-    effective = typed["recipe"].get("effective_batch_size")
+    effective = settings.get("effective_batch_size")
     if effective is None:
         return
-    per_device = typed["training"].get("per_device_train_batch_size", 8)
+    per_device = settings.get("per_device_train_batch_size", 8)
     per_step = per_device * world_size
     if effective % per_step:
         if indivisible is not None:
@@ -118,13 +118,13 @@ def derive_gradient_accumulation(typed: dict[str, dict[str, Any]], origin: dict[
             f"Change per_device_train_batch_size or the number of processes."
         )
     accumulation = effective // per_step
-    given = typed["training"].get("gradient_accumulation_steps")
+    given = settings.get("gradient_accumulation_steps")
     if given is not None and given != accumulation:
         raise RecipeError(
             f"{origin['gradient_accumulation_steps']}: gradient_accumulation_steps {given} contradicts "
             f"effective_batch_size {effective} (= {per_device} per device x {world_size} processes x {accumulation}). "
             "Set only effective_batch_size; accumulation is derived from it."
         )
-    typed["training"]["gradient_accumulation_steps"] = accumulation
+    settings["gradient_accumulation_steps"] = accumulation
     origin.setdefault("gradient_accumulation_steps",
                       f"derived: effective_batch_size / (per-device batch x {world_size} processes)")

@@ -32,16 +32,16 @@ class PolicyGradient(Family):
     needs_chat_template = True
     def token_classifiers(self, recipe) -> list[str]:
         """PPO's separate value model: its own checkpoint, else a copy of the policy."""
-        if not recipe.has("value_model_path") or recipe.value("share_value_backbone"):
+        if not recipe.has("value_model_path") or recipe.setting("share_value_backbone"):
             return []
-        return ["value_model_path" if recipe.value("value_model_path") else "model_name_or_path"]
+        return ["value_model_path" if recipe.setting("value_model_path") else "model_name_or_path"]
 
-    def derive_batch(self, typed: dict[str, dict[str, Any]], origin: dict[str, str], world_size: int) -> None:
+    def derive_batch(self, settings: dict[str, Any], origin: dict[str, str], world_size: int) -> None:
         """Accumulation from effective_batch_size and the world size, keeping the per-device micro-batch;
         then each rollout batch must give whole optimizer steps."""
-        derive_gradient_accumulation(typed, origin, world_size, indivisible=INDIVISIBLE)
-        effective = typed["recipe"].get("effective_batch_size")
-        generation = typed["training"].get("generation_batch_size")
+        derive_gradient_accumulation(settings, origin, world_size, indivisible=INDIVISIBLE)
+        effective = settings.get("effective_batch_size")
+        generation = settings.get("generation_batch_size")
         if effective is not None and generation is not None and generation % effective:
             raise RecipeError(
                 f"{origin['generation_batch_size']}: generation_batch_size {generation} (completions per rollout "

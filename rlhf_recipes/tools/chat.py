@@ -49,8 +49,8 @@ class Column:
 
 def sampling_defaults(recipe) -> dict[str, Any]:
     """The recipe's own sampling settings where it has them (a policy-gradient recipe does), else ours."""
-    values = {"temperature": recipe.value("temperature"), "top_p": recipe.value("top_p"),
-              "top_k": recipe.value("top_k"), "max_new_tokens": recipe.value("max_completion_length")}
+    values = {"temperature": recipe.setting("temperature"), "top_p": recipe.setting("top_p"),
+              "top_k": recipe.setting("top_k"), "max_new_tokens": recipe.setting("max_completion_length")}
     return {k: DEFAULT_SAMPLING[k] if v is None else v for k, v in values.items()}
 
 
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         first = columns[0].run
         print(f"loading the reference {first.recipe.model.model_name_or_path} ...", flush=True)
         reference = load_policy(first.base_model, dtype or "auto", device=device,
-                                revision=first.recipe.value("model_revision"))
+                                revision=first.recipe.model.model_revision)
         columns.append(Column(f"reference: {first.recipe.model.model_name_or_path} (the starting policy)", reference,
                               columns[0].tokenizer, first))
     sampling = sampling_defaults(columns[0].run.recipe) if columns else DEFAULT_SAMPLING

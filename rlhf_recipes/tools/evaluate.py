@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RecipeError("--quantize compares the model with its quantized self; run --baseline separately")
         if args.model.is_dir():  # a folder without a saved model is named before the recipe is built (seconds)
             check_model(args.model)
-        # TRL's config classes are not built (~3 s of imports): evaluation reads its settings with recipe.value()
+        # TRL's config classes are not built (~3 s of imports): evaluation reads its settings with recipe.setting()
         recipe_file = find_recipe(args.model, args.recipe)
         try:
             recipe = load_recipe([recipe_file, *overrides], construct=False)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:  # the recipe's starting model is loaded too: the same check, naming where it is set
             from rlhf_recipes.validation import check_model as check_recipe_model
 
-            check_recipe_model(recipe.value("model_name_or_path"), recipe.where("model_name_or_path"))
+            check_recipe_model(recipe.model.model_name_or_path, recipe.where("model_name_or_path"))
         name = args.name or split
         output = args.output or default_output(args.model, name)
         options = EvalOptions(name=name, split=split, num_problems=args.num_problems, k=args.k, seed=args.seed,

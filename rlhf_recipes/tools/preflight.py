@@ -111,7 +111,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     if core.is_real_run(recipe):
         shape = _shape(recipe)
         if shape is None:
-            yield Finding(WARN, "plan", f"`{recipe.value('model_name_or_path')}`: its shape is unknown offline, so "
+            yield Finding(WARN, "plan", f"`{recipe.model.model_name_or_path}`: its shape is unknown offline, so "
                                         "the disk and memory checks are skipped (rlhf-recipes plan explains)")
     if shape is not None:
         yield from checked("disk", lambda: _disk(recipe, shape, launch))
@@ -209,7 +209,7 @@ def model_finding(recipe, online: bool) -> Finding:
     from rlhf_recipes.registry import family_of
     from rlhf_recipes.validation import check_model, looks_local
 
-    name = recipe.value("model_name_or_path")
+    name = recipe.model.model_name_or_path
     check_model(name, recipe.where("model_name_or_path"), chat_template=family_of(recipe.algorithm).needs_chat_template)
     if name in EMBEDDED:
         return Finding(OK, "model", f"`{name}`: built locally (embedded)")
@@ -298,7 +298,7 @@ def _rewards(recipe) -> Finding | None:
     from rlhf_recipes.validation import check_rewards
 
     check_rewards(recipe)
-    names = recipe.value("reward_funcs")
+    names = recipe.setting("reward_funcs")
     return Finding(OK, "rewards", ", ".join(map(str, names))) if names else None
 
 
@@ -309,7 +309,7 @@ def _settings(recipe) -> Finding:
     check_value_model(recipe)
     check_token_classifiers(recipe)
     check_model_settings(recipe)
-    if model_config(recipe.value("model_name_or_path")) is None:
+    if model_config(recipe.model.model_name_or_path) is None:
         return Finding(OK, "settings", "quantization settings agree; the lengths and LoRA targets are checked once "
                                        "the model's config.json is on this machine")
     return Finding(OK, "settings", "lengths, quantization and LoRA targets fit the model")
@@ -323,7 +323,7 @@ def _shape(recipe):
     from rlhf_recipes.tools.planner.shapes import load_shape
 
     try:
-        return load_shape(recipe.value("model_name_or_path"), recipe.value("model_revision"))
+        return load_shape(recipe.model.model_name_or_path, recipe.model.model_revision)
     except Exception:  # an architecture the planner does not model, or a config.json the hub did not give
         return None
 
@@ -331,8 +331,8 @@ def _shape(recipe):
 def _disk(recipe, shape, launch) -> Finding | None:
     from rlhf_recipes.tools.planner.memory import lora_params
 
-    trainable = (lora_params(shape, recipe.value("lora_r") or 16, recipe.value("lora_target_modules"))
-                 if recipe.value("use_peft") else None)
+    trainable = (lora_params(shape, recipe.model.lora_r or 16, recipe.model.lora_target_modules)
+                 if recipe.model.use_peft else None)
     return core.disk_finding(recipe, params=shape.total_params(), trainable=trainable,
                              deepspeed=launch.distributed == "DEEPSPEED")
 

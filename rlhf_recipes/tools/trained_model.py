@@ -47,7 +47,7 @@ class TrainedModel:
         """The model the run started from (the reference policy), as a loadable path or hub id."""
         from rlhf_recipes.models import resolve_model_path
 
-        return resolve_model_path(self.recipe.value("model_name_or_path"))
+        return resolve_model_path(self.recipe.model.model_name_or_path)
 
     # --- Loading -----------------------------------------------------------------------------
     def load_tokenizer(self):
@@ -67,8 +67,8 @@ class TrainedModel:
             return load_policy(self.folder, dtype or "auto", device=None)
         from peft import PeftModel
 
-        base = load_policy(self.base_model, dtype or self.recipe.value("dtype") or "auto", device=None,
-                           revision=self.recipe.value("model_revision"))
+        base = load_policy(self.base_model, dtype or self.recipe.model.dtype or "auto", device=None,
+                           revision=self.recipe.model.model_revision)
         model = PeftModel.from_pretrained(base, str(self.folder))
         return model.merge_and_unload() if merge else model
 
@@ -86,7 +86,7 @@ class TrainedModel:
         from rlhf_recipes.data.sources import chat_prompt
         from rlhf_recipes.generation import prompt_ids
 
-        kwargs = dict(self.recipe.value("chat_template_kwargs") or {})
+        kwargs = dict(self.recipe.setting("chat_template_kwargs") or {})
         return prompt_ids(tokenizer, [chat_prompt(self.recipe, user_text)], kwargs)[0]
 
 

@@ -115,7 +115,7 @@ def load_for_planning(argv: list[str], world_size: int):
     from rlhf_recipes.config import load_recipe
 
     recipe = load_recipe(argv, world_size=world_size, construct=False)  # parsed once; TRL's configs built below
-    if not torch.cuda.is_available() and recipe.value("bf16"):
+    if not torch.cuda.is_available() and recipe.setting("bf16"):
         return load_recipe([*argv, "--bf16", "false"], world_size=world_size), True
     recipe.model, recipe.training  # noqa: B018  (what construct=True does: TRL's own checks raise here)
     return recipe, bool(getattr(recipe.training, "bf16", False))
