@@ -195,44 +195,6 @@ USAGE = ("usage: recipes/run.py RECIPE.yaml [--profile tiny|nano] [--resume] [--
          "(RECIPE.yaml --help: the values it trains with; --help --all: every key)")
 
 
-def _class_name(path: str) -> str:
-    return path.replace(":", ".").rsplit(".", 1)[-1]
-
-
-def recipe_help(argv: list[str]) -> str:
-    """`RECIPE.yaml [--KEY VALUE ...] --help`: the values this run would use, grouped by who reads them (ours, the
-    model's, TRL's), each with where it came from; every other key keeps its class's default. `--help --all`: every
-    key the algorithm takes, with its type, default and help text (transformers' HfArgumentParser writes it from
-    the three dataclasses: the same fields that recipes and the command line set)."""
-    names = ", ".join(sorted(ALGORITHMS))
-    path = next((a for a in argv if not a.startswith("-")), None)
-    if path is None:
-        return f"{USAGE}\nAvailable algorithms: {names}"
-    name = read_yaml(path).get("algorithm")
-    if name not in ALGORITHMS:
-        raise RecipeError(f"{path}: unknown algorithm `{name}`. Available: {names}")
-    config_class = ALGORITHMS[name].config_class
-    if "--all" in argv:
-        from transformers import HfArgumentParser
-
-        parser = HfArgumentParser((RecipeArgs, import_object(MODEL_CONFIG), import_object(config_class)),
-                                  prog=f"recipes/run.py {path}", usage=USAGE.removeprefix("usage: "))
-        return parser.format_help()
-    recipe = load_recipe([a for a in argv if a not in ("-h", "--help", "--all")], construct=False)
-    titles = {"recipe": "ours (rlhf-recipes)", "model": f"the model's ({_class_name(MODEL_CONFIG)}, TRL)",
-              "training": f"TRL's ({_class_name(config_class)})"}
-    lines = [f"{USAGE}", "", f"{path}: the values this run would use (the recipe, its profile and the command line "
-             "resolved), with where each comes from:"]
-    for group, title in titles.items():
-        lines += ["", f"{title}:"]
-        for key, value in sorted(recipe.group_values(group).items()):
-            lines.append(f"  {key}: {value!r}".ljust(48) + f"  ({recipe.origin.get(key, 'default')})")
-    lines += ["", "Every other key keeps its class's default (TRL's own defaults are not the recipe's: the values "
-              "above are what trains).", f"Every key with its type, default and help: recipes/run.py {path} "
-              "--help --all"]
-    return "\n".join(lines)
-
-
 class _BareFlag(str):
     """The value of a flag given without one: "true", marked so that a key which is not a boolean is refused."""
 

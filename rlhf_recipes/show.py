@@ -5,6 +5,8 @@ the algorithm's registry defaults, the recipe, the profile (recipes/profiles/<na
 command line, or derived (gradient accumulation from the effective batch and the process count). It is the
 runner's own resolution (config.load_recipe, then the config classes built as the trainer gets them, their
 __post_init__ included), so it cannot say something the run would not do. Nothing loads a model or data.
+`recipes/run.py RECIPE.yaml --help` prints the same table (`recipe_help`), without building the trainer's config
+(TRL's import: ~12 s); `--help --all` lists every key the algorithm takes.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ class Setting:
     default: bool  # the class's own default, set by nothing
 
 
-def settings(recipe) -> tuple[list[Setting], str | None]:
+def settings(recipe, build: bool = True) -> tuple[list[Setting], str | None]:
     """(every setting of the run, in the three configs' field order; why the configs could not be built here, or
-    None). Unbuilt (TRL refuses a value on this machine, e.g. bf16 without a GPU), the values are as resolved."""
+    None). Unbuilt (TRL refuses a value on this machine, e.g. bf16 without a GPU), the values are as resolved;
+    build=False leaves the trainer's config unbuilt (its set values as resolved, its defaults not listed)."""
     try:
-        built = {"recipe": recipe.args, "model": recipe.model, "training": recipe.training}
+        built = {"recipe": recipe.args, "model": recipe.model, **({"training": recipe.training} if build else {})}
         problem = None
     except RecipeError as e:
         built, problem = {}, str(e)
@@ -66,8 +69,8 @@ def _differs(a: Any, b: Any) -> bool:
         return False
 
 
-def render(recipe, all_keys: bool = False) -> str:
-    rows, problem = settings(recipe)
+def render(recipe, all_keys: bool = False, build: bool = True) -> str:
+    rows, problem = settings(recipe, build)
     config_class = recipe.algorithm.config_class.replace(":", ".")
     titles = {"recipe": f"ours ({RecipeArgs.__module__}.RecipeArgs)",
               "model": f"the model's ({MODEL_CONFIG.replace(':', '.')})",
@@ -93,6 +96,36 @@ def render(recipe, all_keys: bool = False) -> str:
 def _text(value: Any) -> str:
     text = repr(getattr(value, "value", value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def recipe_help(argv: list[str]) -> str:
+    """`RECIPE.yaml [--KEY VALUE ...] --help`: `show`'s table of the values this run would use, each with where it
+    came from, the trainer's config left unbuilt so that it answers in a second. `--help --all`: every key the
+    algorithm takes, with its type, default and help text (transformers' HfArgumentParser writes it from the three
+    dataclasses: the same fields that recipes and the command line set)."""
+    from rlhf_recipes.config import USAGE
+    from rlhf_recipes.config_schema import import_object
+    from rlhf_recipes.registry import ALGORITHMS
+    from rlhf_recipes.yaml_files import read_yaml
+
+    names = ", ".join(sorted(ALGORITHMS))
+    path = next((a for a in argv if not a.startswith("-")), None)
+    if path is None:
+        return f"{USAGE}\nAvailable algorithms: {names}"
+    name = read_yaml(path).get("algorithm")
+    if name not in ALGORITHMS:
+        raise RecipeError(f"{path}: unknown algorithm `{name}`. Available: {names}")
+    if "--all" in argv:
+        from transformers import HfArgumentParser
+
+        classes = (RecipeArgs, import_object(MODEL_CONFIG), import_object(ALGORITHMS[name].config_class))
+        return HfArgumentParser(classes, prog=f"recipes/run.py {path}", usage=USAGE.removeprefix("usage: ")
+                                ).format_help()
+    recipe = load_recipe([a for a in argv if a not in ("-h", "--help", "--all")], construct=False)
+    return "\n".join([USAGE, "", render(recipe, build=False), "",
+                      "TRL's own defaults are not the recipe's: the values above are what trains. What the trainer's "
+                      f"config derives from them: rlhf-recipes show {path}; every key with its type, default and "
+                      f"help: recipes/run.py {path} --help --all"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from rlhf_recipes.config import RecipeError, load_recipe, recipe_help
+from rlhf_recipes.config import RecipeError, load_recipe
 from rlhf_recipes.preflight import needed_packages
 from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.report import plot_curves
@@ -26,6 +26,7 @@ from rlhf_recipes.run_setup import (
     run_callbacks,
     write_run_card,
 )
+from rlhf_recipes.show import recipe_help
 from rlhf_recipes.signals import signals_stop_the_start
 from rlhf_recipes.validation import check_inputs
 

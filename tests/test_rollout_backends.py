@@ -149,7 +149,7 @@ def test_backend_sets_trl_options(algorithm, name, tmp_path):
 
 
 def test_recipe_help_lists_the_key(capsys):
-    from rlhf_recipes.config import recipe_help
+    from rlhf_recipes.show import recipe_help
 
     assert "ppo" in POLICY_GRADIENT and len(POLICY_GRADIENT) >= 10
     for algorithm in POLICY_GRADIENT:

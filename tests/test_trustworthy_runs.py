@@ -486,14 +486,19 @@ def test_help_shows_the_recipes_values_grouped_and_all_lists_every_key(capsys):
     # Before: TRL's defaults in 810 flat lines (`--learning_rate` default 1e-06, not the recipe's 5e-06).
     assert train([str(RECIPES / "dpo.yaml"), "--beta", "0.2", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "\nours (rlhf-recipes):\n" in out and "\nthe model's (ModelConfig, TRL):\n" in out, out
-    assert "\nTRL's (ScheduledDPOConfig):\n" in out, out
-    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if line.startswith("  ")}
-    assert "5e-06" in lines["learning_rate"] and "recipes/dpo.yaml)" in lines["learning_rate"]
-    assert "0.2" in lines["beta"] and "(command line)" in lines["beta"]
+    assert "\nours (rlhf_recipes.config.RecipeArgs):\n" in out and "\nthe model's (trl.ModelConfig):\n" in out, out
+    assert "\nthe trainer's (custom_losses.direct_alignment.config.ScheduledDPOConfig):\n" in out, out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "5e-06" in lines["learning_rate"] and lines["learning_rate"].endswith("recipes/dpo.yaml")
+    assert "0.2" in lines["beta"] and lines["beta"].endswith("command line")
     assert "allenai/OLMo-2-0425-1B-SFT" in lines["model_name_or_path"] and "--help --all" in out
-    # as `rlhf-recipes show` says it (it said "(default)": the accumulation is the effective batch's, not a default)
-    assert "(derived: effective_batch_size / (per-device batch x 1 processes))" in lines["gradient_accumulation_steps"]
+    # `rlhf-recipes show`'s own table and words (one renderer): the accumulation is the effective batch's, derived
+    assert lines["gradient_accumulation_steps"].endswith("derived: effective_batch_size / (per-device batch x 1 "
+                                                         "processes)")
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.show import render
+    table = render(load_recipe([str(RECIPES / "dpo.yaml"), "--beta", "0.2"], construct=False), build=False)
+    assert table in out
     assert len(out.splitlines()) < 60
     assert train([str(RECIPES / "dpo.yaml"), "--help", "--all"]) == 0
     out = capsys.readouterr().out
