@@ -46,6 +46,9 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
+    # Response log-probs averaged over their tokens, not summed (the book's use_average_logprob): in the loss, the
+    # logged rewards and the held-out implicit reward (evaluation/preferences.py).
+    averages_logprobs: bool = False
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
     fixed: dict[str, Fixed] = field(default_factory=dict)  # keys its loss does not read (config.load_recipe refuses)
@@ -152,11 +155,15 @@ ALGORITHMS: dict[str, Algorithm] = {
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
+            # BookDPOTrainer: TRL's sigmoid_norm computes this loss but logs rewards/* from the SUMMED log-ratios,
+            # where the book logs the averaged ones it trains on.
+            "dpo_norm", **_direct_alignment(_BOOK_DPO, {"book_loss": "dpo_norm"}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
-            aliases=("dponorm", "sigmoid_norm"),
-            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it",
-                                            {"loss_type": ["sigmoid_norm"]})},
+            aliases=("dponorm", "sigmoid_norm"), averages_logprobs=True,
+            fixed={"label_smoothing": Fixed(0.0, "the book's DPO-norm loss does not read it (the book's DPO with "
+                                                 "label smoothing is cDPO: recipes/cdpo.yaml)"),
+                   "loss_type": Fixed(["sigmoid"], "dpo_norm runs the book's loss (book_loss dpo_norm), which "
+                                                   "replaces TRL's loss_type; a TRL loss runs on recipes/dpo.yaml")},
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),
@@ -167,12 +174,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             # TRL's CPOTrainer would keep the prompt and cut the response's end.
             "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
+            averages_logprobs=True,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
             "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"},
                                         extra_metrics=("nll_loss", "log_odds_chosen")),
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
+            averages_logprobs=True,
         ),
         Algorithm(
             "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",)),

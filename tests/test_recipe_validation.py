@@ -119,16 +119,24 @@ def test_a_kl_coefficient_where_the_books_loss_has_no_kl_term_is_refused(recipe,
     assert load_recipe([f"recipes/{recipe}.yaml", "--beta", "0.0"], construct=False).value("beta") == 0.0
 
 
-@pytest.mark.parametrize("recipe", ["dpo", "dpo_norm"])
-def test_label_smoothing_that_trls_loss_would_ignore_is_refused(recipe):
-    """TRL's sigmoid and sigmoid_norm losses read no label_smoothing: a 0.1 trained plain DPO without a word."""
+def test_label_smoothing_that_trls_loss_would_ignore_is_refused():
+    """TRL's sigmoid loss reads no label_smoothing: a 0.1 trained plain DPO without a word."""
     with pytest.raises(RecipeError, match=r"^command line: `label_smoothing` 0.1: TRL's sigmoid"):
-        load_recipe([f"recipes/{recipe}.yaml", "--label_smoothing", "0.1"], construct=False)
+        load_recipe(["recipes/dpo.yaml", "--label_smoothing", "0.1"], construct=False)
     assert load_recipe(["recipes/cdpo.yaml"], construct=False).value("label_smoothing") == 0.1
     # another TRL loss that reads it (robust DPO) takes it
-    robust = load_recipe([f"recipes/{recipe}.yaml", "--loss_type", "[robust]", "--label_smoothing", "0.1"],
+    robust = load_recipe(["recipes/dpo.yaml", "--loss_type", "[robust]", "--label_smoothing", "0.1"],
                          construct=False)
     assert robust.value("label_smoothing") == 0.1
+
+
+@pytest.mark.parametrize("flag, value, says", [("label_smoothing", "0.1", "does not read it"),
+                                                ("loss_type", "[robust]", "replaces TRL's loss_type")])
+def test_dpo_norm_refuses_what_its_book_loss_would_ignore(flag, value, says):
+    """dpo_norm runs the book's loss on BookDPOTrainer, which reads neither label_smoothing nor TRL's loss_type."""
+    with pytest.raises(RecipeError, match=rf"^command line: `{flag}` .*{says}"):
+        load_recipe(["recipes/dpo_norm.yaml", f"--{flag}", value], construct=False)
+    assert load_recipe(["recipes/dpo_norm.yaml"], construct=False).value("book_loss") == "dpo_norm"
 
 
 def test_wrong_type_names_key_and_expected_type():
