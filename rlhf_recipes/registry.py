@@ -103,11 +103,16 @@ _BOOK_SDPO = dict(config_class="custom_losses.sdpo.config:BookSDPOConfig",
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any],
-                      extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Chapter 8. The book's LR schedule (warmup, then linear decay to 0) is each recipe's `book_lr_schedule`."""
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], extra_metrics: tuple[str, ...] = (),
+                      fixed: dict[str, Fixed] | None = None) -> dict[str, Any]:
+    """Chapter 8. The book's LR schedule (warmup, then linear decay to 0) is each recipe's `book_lr_schedule`.
+    On BookDPOTrainer, `book_loss` replaces TRL's `loss_type`, which is then refused rather than silently unread."""
+    if classes is _BOOK_DPO:
+        fixed = {"loss_type": Fixed(["sigmoid"], f"BookDPOTrainer runs the book's loss (book_loss "
+                                                 f"{defaults['book_loss']}), which replaces TRL's loss_type; a TRL "
+                                                 "loss runs through recipes/dpo.yaml"), **(fixed or {})}
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
-                defaults=defaults)
+                defaults=defaults, fixed=fixed or {})
 
 
 def _policy_gradient(classes: dict[str, str] = _BOOK_GRPO, key_metrics: tuple[str, ...] | None = None,
@@ -144,11 +149,10 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, fixed={
+                "label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
+                                              "label smoothing is cDPO: recipes/cdpo.yaml)", {"loss_type": ["sigmoid"]})}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
-            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
-                                                 "label smoothing is cDPO: recipes/cdpo.yaml)",
-                                            {"loss_type": ["sigmoid"]})},
         ),
         Algorithm(
             "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
@@ -157,13 +161,11 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             # BookDPOTrainer: TRL's sigmoid_norm computes this loss but logs rewards/* from the SUMMED log-ratios,
             # where the book logs the averaged ones it trains on.
-            "dpo_norm", **_direct_alignment(_BOOK_DPO, {"book_loss": "dpo_norm"}),
+            "dpo_norm", **_direct_alignment(_BOOK_DPO, {"book_loss": "dpo_norm"}, fixed={
+                "label_smoothing": Fixed(0.0, "the book's DPO-norm loss does not read it (the book's DPO with label "
+                                              "smoothing is cDPO: recipes/cdpo.yaml)")}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
             aliases=("dponorm", "sigmoid_norm"), averages_logprobs=True,
-            fixed={"label_smoothing": Fixed(0.0, "the book's DPO-norm loss does not read it (the book's DPO with "
-                                                 "label smoothing is cDPO: recipes/cdpo.yaml)"),
-                   "loss_type": Fixed(["sigmoid"], "dpo_norm runs the book's loss (book_loss dpo_norm), which "
-                                                   "replaces TRL's loss_type; a TRL loss runs on recipes/dpo.yaml")},
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),

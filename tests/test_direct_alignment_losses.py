@@ -248,6 +248,16 @@ def test_dpo_norm_is_trls_sigmoid_norm_loss_with_the_books_averaged_rewards(tmp_
     assert abs(trl_margins) > 3 * abs(logged["rewards/margins"]), "sigmoid_norm's summed margins are the larger"
 
 
+def test_every_book_loss_has_its_trainer_line():
+    """BookDPOConfig accepts the names in losses.BOOK_LOSSES; BookDPOTrainer calls each through its tables."""
+    from custom_losses.direct_alignment.losses import BOOK_LOSSES
+    from custom_losses.direct_alignment.trainer import AVERAGED_LOSSES, LOGRATIO_LOSSES
+
+    assert set(BOOK_LOSSES) == set(LOGRATIO_LOSSES) | set(AVERAGED_LOSSES), \
+        "a book loss needs its name in losses.BOOK_LOSSES and its line in trainer.py's LOGRATIO_LOSSES or AVERAGED_LOSSES"
+    assert set(AVERAGED_LOSSES) == set(REFERENCE_FREE_LOSSES) and set(AVERAGED_LOGRATIO_LOSSES) <= set(LOGRATIO_LOSSES)
+
+
 def test_the_registry_says_which_book_losses_average_as_the_trainer_does():
     """The held-out evaluator reads the registry's `averages_logprobs`, the trainer its book_loss: the same losses."""
     book = {name: a for name, a in ALGORITHMS.items() if "book_loss" in a.defaults}
