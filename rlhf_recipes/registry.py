@@ -151,7 +151,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, fixed={
                 "label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
-                                              "label smoothing is cDPO: recipes/cdpo.yaml)", {"loss_type": ["sigmoid"]})}),
+                                              "label smoothing is cDPO: recipes/cdpo.yaml)",
+                                         {"loss_type": ["sigmoid"]})}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
         ),
         Algorithm(

@@ -254,7 +254,8 @@ def test_every_book_loss_has_its_trainer_line():
     from custom_losses.direct_alignment.trainer import AVERAGED_LOSSES, LOGRATIO_LOSSES
 
     assert set(BOOK_LOSSES) == set(LOGRATIO_LOSSES) | set(AVERAGED_LOSSES), \
-        "a book loss needs its name in losses.BOOK_LOSSES and its line in trainer.py's LOGRATIO_LOSSES or AVERAGED_LOSSES"
+        "a book loss needs its name in losses.BOOK_LOSSES and its line in trainer.py's LOGRATIO_LOSSES (or " \
+        "AVERAGED_LOSSES)"
     assert set(AVERAGED_LOSSES) == set(REFERENCE_FREE_LOSSES) and set(AVERAGED_LOGRATIO_LOSSES) <= set(LOGRATIO_LOSSES)
 
 

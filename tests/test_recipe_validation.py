@@ -70,7 +70,8 @@ def test_registry_entries_carry_their_facts():
         if algorithm.family == "direct_alignment":
             assert book_reference(algorithm.name).shape.accumulation_steps, algorithm.name
             assert book_reference(algorithm.name).shape.beta, algorithm.name
-    assert {"simpo", "orpo", "sdpo"} <= {a.name for a in ALGORITHMS.values() if not a.reference_model}  # sdpo: a live teacher
+    # sdpo: a live teacher
+    assert {"simpo", "orpo", "sdpo"} <= {a.name for a in ALGORITHMS.values() if not a.reference_model}
     assert ALGORITHMS["dpo"].reference_model and ALGORITHMS["grpo"].reference_model
 
 

@@ -3,8 +3,8 @@ BookDPOTrainer: that, with one of the book's loss functions (losses.py).
 
 It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
 support, and hands the summed response log-ratios to the loss (averaged over each response's tokens for
-DPO-norm: losses.AVERAGED_LOGRATIO_LOSSES); rewards/* are logged as beta x those same log-ratios, as the book does. A reference-free loss (ORPO,
-SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
+DPO-norm: losses.AVERAGED_LOGRATIO_LOSSES); rewards/* are logged as beta x those same log-ratios, as the book
+does. A reference-free loss (ORPO, SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
 the trainer then keeps no reference copy and computes no reference log-probs. Which algorithms are reference-free is the registry's fact
 (rlhf_recipes/registry.py, `reference_model`); the family passes it in.
 """
@@ -15,8 +15,8 @@ import torch
 from trl import DPOTrainer
 
 from custom_losses.direct_alignment.losses import (
-    AVERAGED_LOGRATIO_LOSSES, REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss,
-    simpo_loss,
+    AVERAGED_LOGRATIO_LOSSES, REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss,
+    kto_loss, orpo_loss, simpo_loss,
 )
 from custom_losses.schedules import BookLRScheduleMixin
 
