@@ -88,13 +88,11 @@ def pg_metrics() -> tuple[MetricMap, ...]:
     )
 
 
-def da_metrics(accumulation_steps: int, beta: float, margins_times_beta: bool = False,
-               summed_rewards: bool = False) -> tuple[MetricMap, ...]:
+def da_metrics(accumulation_steps: int, beta: float, margins_times_beta: bool = False) -> tuple[MetricMap, ...]:
     """Direct alignment. `margins_times_beta`: our trainer logs rewards/margins as beta x the book's (SimPO).
-    `summed_rewards`: our rewards/* are beta x SUMMED log-ratios where the book logs AVERAGED ones (DPO-norm on TRL's
-    sigmoid_norm, whose loss averages but whose logged rewards do not): not the same quantity, so not aligned."""
+    DPO-norm's rewards/* are beta x the AVERAGED log-ratios in both (BookDPOTrainer, as the book), so they align."""
     margin_scale = beta if margins_times_beta else 1.0
-    rewards = () if summed_rewards else (
+    return (
         MetricMap("rewards/accuracies", ("accuracy",)),
         MetricMap(
             "rewards/margins",
@@ -104,9 +102,6 @@ def da_metrics(accumulation_steps: int, beta: float, margins_times_beta: bool = 
         ),
         MetricMap("rewards/chosen", ("chosen_rewards",)),
         MetricMap("rewards/rejected", ("rejected_rewards",)),
-    )
-    return (
-        *rewards,
         MetricMap("loss", ("loss",)),
         # book.md: "The book logs grad_norm divided by the accumulation steps."
         MetricMap(

@@ -36,12 +36,12 @@ class BookReference:
 
 
 def _direct_alignment(run: str | None, accumulation: int = 8, beta: float = 0.1,
-                      margins_times_beta: bool = False, summed_rewards: bool = False) -> BookReference:
+                      margins_times_beta: bool = False) -> BookReference:
     """Chapter 8: the book's run `run` (code/direct_alignment/README.md), None where it publishes none (cdpo). Its
     loop logs once per optimizer step with step=global_step (our x-axis as is), grad_norm divided by the
     accumulation steps; batch 8 x accumulation 8, beta 0.1 unless stated."""
     return BookReference(runs=(run,) if run else (), shape=BookShape(accumulation_steps=accumulation, beta=beta),
-                         metrics=da_metrics(accumulation, beta, margins_times_beta, summed_rewards))
+                         metrics=da_metrics(accumulation, beta, margins_times_beta))
 
 
 def _policy_gradient(run: str, prompts: int = 4, rollouts: int = 8) -> BookReference:
@@ -80,8 +80,7 @@ BOOK: dict[str, BookReference] = {
     # --- direct alignment (chapter 8) ---
     "dpo": _direct_alignment("fzy8k8go"),
     "cdpo": _direct_alignment(None, accumulation=4),
-    # TRL's sigmoid_norm logs rewards/* on summed log-ratios (the book: averaged, ~length x smaller): loss only.
-    "dpo_norm": _direct_alignment("giyhitjw", beta=2.0, summed_rewards=True),
+    "dpo_norm": _direct_alignment("giyhitjw", beta=2.0),
     "ipo": _direct_alignment("5s29syo6"),
     # Its rewards/margins are beta * (avg_c - avg_r) like CPO's; the book logs avg_c - avg_r.
     "simpo": _direct_alignment("ftv5rs3x", beta=2.0, margins_times_beta=True),  # noisy (the book)

@@ -46,6 +46,9 @@ class Algorithm:
     defaults: dict[str, Any] = field(default_factory=dict)
     key_metrics: tuple[str, ...] = ()  # plotted in curves.png next to the loss
     reference_model: bool = True  # the loss compares with a frozen reference policy (False: reference-free)
+    # Response log-probs averaged over their tokens, not summed (the book's use_average_logprob): in the loss, the
+    # logged rewards and the held-out implicit reward (evaluation/preferences.py).
+    averages_logprobs: bool = False
     materializes_full_logits: bool = False  # the trainer builds (tokens x vocabulary) logits, no fused head
     aliases: tuple[str, ...] = ()  # other spellings users and tools may use
     fixed: dict[str, Fixed] = field(default_factory=dict)  # keys its loss does not read (config.load_recipe refuses)
@@ -100,11 +103,16 @@ _BOOK_SDPO = dict(config_class="custom_losses.sdpo.config:BookSDPOConfig",
 _DPO_METRICS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any],
-                      extra_metrics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Chapter 8. The book's LR schedule (warmup, then linear decay to 0) is each recipe's `book_lr_schedule`."""
+def _direct_alignment(classes: dict[str, str], defaults: dict[str, Any], extra_metrics: tuple[str, ...] = (),
+                      fixed: dict[str, Fixed] | None = None) -> dict[str, Any]:
+    """Chapter 8. The book's LR schedule (warmup, then linear decay to 0) is each recipe's `book_lr_schedule`.
+    On BookDPOTrainer, `book_loss` replaces TRL's `loss_type`, which is then refused rather than silently unread."""
+    if classes is _BOOK_DPO:
+        fixed = {"loss_type": Fixed(["sigmoid"], f"BookDPOTrainer runs the book's loss (book_loss "
+                                                 f"{defaults['book_loss']}), which replaces TRL's loss_type; a TRL "
+                                                 "loss runs through recipes/dpo.yaml"), **(fixed or {})}
     return dict(family="direct_alignment", chapter="8", **classes, key_metrics=_DPO_METRICS + extra_metrics,
-                defaults=defaults)
+                defaults=defaults, fixed=fixed or {})
 
 
 def _policy_gradient(classes: dict[str, str] = _BOOK_GRPO, key_metrics: tuple[str, ...] | None = None,
@@ -141,22 +149,24 @@ ALGORITHMS: dict[str, Algorithm] = {
     for a in [
         # --- direct alignment (book chapter 8) ------------------------------------------
         Algorithm(
-            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}),
+            "dpo", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid"]}, fixed={
+                "label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
+                                              "label smoothing is cDPO: recipes/cdpo.yaml)",
+                                         {"loss_type": ["sigmoid"]})}),
             paper="Rafailov et al. 2023, Direct Preference Optimization",
-            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid loss, which runs dpo, ignores it (the book's DPO with "
-                                                 "label smoothing is cDPO: recipes/cdpo.yaml)",
-                                            {"loss_type": ["sigmoid"]})},
         ),
         Algorithm(
             "cdpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "cdpo", "label_smoothing": 0.1}),
             paper="Mitchell 2023, A note on DPO with noisy preferences (conservative DPO)",
         ),
         Algorithm(
-            "dpo_norm", **_direct_alignment(_TRL_DPO, {"loss_type": ["sigmoid_norm"]}),
+            # BookDPOTrainer: TRL's sigmoid_norm computes this loss but logs rewards/* from the SUMMED log-ratios,
+            # where the book logs the averaged ones it trains on.
+            "dpo_norm", **_direct_alignment(_BOOK_DPO, {"book_loss": "dpo_norm"}, fixed={
+                "label_smoothing": Fixed(0.0, "the book's DPO-norm loss does not read it (the book's DPO with label "
+                                              "smoothing is cDPO: recipes/cdpo.yaml)")}),
             paper="Rafailov et al. 2023 (DPO) with length-averaged log-ratios",
-            aliases=("dponorm", "sigmoid_norm"),
-            fixed={"label_smoothing": Fixed(0.0, "TRL's sigmoid_norm loss, which runs dpo_norm, ignores it",
-                                            {"loss_type": ["sigmoid_norm"]})},
+            aliases=("dponorm", "sigmoid_norm"), averages_logprobs=True,
         ),
         Algorithm(
             "ipo", **_direct_alignment(_BOOK_DPO, {"book_loss": "ipo"}),
@@ -167,12 +177,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             # TRL's CPOTrainer would keep the prompt and cut the response's end.
             "simpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "simpo"}),
             paper="Meng et al. 2024, SimPO: Simple Preference Optimization", reference_model=False,
+            averages_logprobs=True,
         ),
         Algorithm(
             # BookDPOTrainer drops DPOTrainer's reference copy for orpo.
             "orpo", **_direct_alignment(_BOOK_DPO, {"book_loss": "orpo"},
                                         extra_metrics=("nll_loss", "log_odds_chosen")),
             paper="Hong et al. 2024, ORPO: Monolithic Preference Optimization", reference_model=False,
+            averages_logprobs=True,
         ),
         Algorithm(
             "kto", **_direct_alignment(_BOOK_DPO, {"book_loss": "kto"}, extra_metrics=("kl",)),

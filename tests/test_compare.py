@@ -703,12 +703,12 @@ def test_the_orm_run_is_named_a_different_experiment():
     assert "Qwen3-1.7B-Base" in note and "synthetic wrong answers" in note and "1e-4" in note
 
 
-def test_dpo_norms_rewards_are_not_aligned_with_the_books():
-    """TRL's sigmoid_norm (our DPO-norm) averages the log-ratios in its loss but logs rewards/* from SUMMED ones;
-    the book logs the averaged ones (use_average_logprob for dpo_norm), ~the response length smaller. The same name
-    is not the same quantity: compare aligns DPO-norm's loss and the rest, not its rewards."""
+def test_dpo_norms_rewards_are_aligned_with_the_books():
+    """DPO-norm runs on BookDPOTrainer, which logs rewards/* from the AVERAGED log-ratios it trains on, as the book
+    (use_average_logprob): compare lays them over the book's, unscaled, like DPO's."""
     from rlhf_recipes.book_reference import book_reference
 
-    ours = {m.ours for m in book_reference("dpo_norm").metrics}
-    assert "loss" in ours and not {name for name in ours if name.startswith("rewards/")}
-    assert {"rewards/margins", "rewards/accuracies"} <= {m.ours for m in book_reference("dpo").metrics}
+    rewards = {m.ours: m for m in book_reference("dpo_norm").metrics if m.ours.startswith("rewards/")}
+    assert set(rewards) == {"rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected"}
+    assert all(m.scale == 1.0 for m in rewards.values())
+    assert "loss" in {m.ours for m in book_reference("dpo_norm").metrics}

@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from custom_losses.direct_alignment.losses import (
-    apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, log1mexp, orpo_loss, simpo_loss,
+    AVERAGED_LOGRATIO_LOSSES, REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss,
+    kto_loss, log1mexp, orpo_loss, simpo_loss,
 )
+from rlhf_recipes.registry import ALGORITHMS
 
 LR_C = torch.tensor([0.5, -1.0, 2.0, 0.0])
 LR_R = torch.tensor([-0.5, 0.3, 2.0, 0.0])
@@ -159,22 +161,28 @@ def _independent_logps(model, batch):
     return summed, summed / mask.sum(1)
 
 
-def _trainer_and_batch(algorithm: str, tmp_path):
+def _trainer_and_batch(algorithm: str, tmp_path, *overrides: str, models=None):
+    """The algorithm's trainer on the tiny profile, its policy, its reference and its first batch; `models`: the
+    (policy, reference) to reuse, else the tiny model and a perturbed copy."""
     from rlhf_recipes.config import load_recipe
     from rlhf_recipes.data import load_splits
     from rlhf_recipes.families.direct_alignment import FAMILY
     from rlhf_recipes.models import load_causal_lm, load_tokenizer
     from rlhf_recipes.registry import import_object
 
-    recipe = load_recipe([f"recipes/{algorithm}.yaml", "--profile", "tiny", "--output_dir", str(tmp_path)])
+    recipe = load_recipe([f"recipes/{algorithm}.yaml", "--profile", "tiny", "--output_dir", str(tmp_path),
+                          *overrides])
     tokenizer = load_tokenizer(recipe.model)
     train, _ = load_splits(recipe)
-    policy = load_causal_lm(recipe.model)
-    reference = copy.deepcopy(policy)
-    torch.manual_seed(1)
-    with torch.no_grad():  # make the policy differ from the reference so log-ratios are not 0
-        for p in policy.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    if models is None:
+        policy = load_causal_lm(recipe.model)
+        reference = copy.deepcopy(policy)
+        torch.manual_seed(1)
+        with torch.no_grad():  # make the policy differ from the reference so log-ratios are not 0
+            for p in policy.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    else:
+        policy, reference = models
     trainer_class = import_object(recipe.algorithm.trainer_class)
     trainer = trainer_class(model=policy, ref_model=reference, args=recipe.training, train_dataset=train,
                             processing_class=tokenizer, **FAMILY.trainer_kwargs(recipe, trainer_class))
@@ -210,6 +218,53 @@ def test_trainer_loss_is_the_book_formula(algorithm, tmp_path):
     assert (c - r).abs().max() > 1e-3, "policy and reference must differ for this test to mean anything"
     expected = BOOK_FORMULA[algorithm](c, r, a_c, a_r, trainer.beta).item()
     assert loss == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
+def test_dpo_norm_is_trls_sigmoid_norm_loss_with_the_books_averaged_rewards(tmp_path):
+    """DPO-norm on BookDPOTrainer computes TRL's sigmoid_norm loss on the same batch and models, but logs rewards/*
+    as beta x the AVERAGED log-ratios (the book's use_average_logprob), where sigmoid_norm logs beta x the SUMMED
+    ones (about the response length larger)."""
+    ours, policy, reference, batch = _trainer_and_batch("dpo_norm", tmp_path / "ours")
+    trl, *_ = _trainer_and_batch("dpo", tmp_path / "trl", "--loss_type", "[sigmoid_norm]", "--beta", str(ours.beta),
+                                 models=(policy, reference))
+    assert type(trl).__name__ == "ScheduledDPOTrainer" and trl.loss_types == ["sigmoid_norm"]
+    policy.train()
+    our_loss, trl_loss = ours.compute_loss(policy, batch).item(), trl.compute_loss(policy, batch).item()
+    assert our_loss == pytest.approx(trl_loss, rel=1e-5, abs=1e-6)
+
+    pol_sum, pol_avg = _independent_logps(policy, batch)
+    ref_sum, ref_avg = _independent_logps(reference, batch)
+    c, r = (pol_sum - ref_sum).chunk(2)
+    a_c, a_r = (pol_avg - ref_avg).chunk(2)
+    beta = ours.beta
+    logged = {name: ours._metrics["train"][name][-1] for name in ("rewards/chosen", "rewards/rejected",
+                                                                   "rewards/margins", "rewards/accuracies")}
+    assert logged["rewards/chosen"] == pytest.approx((beta * a_c).mean().item(), rel=1e-4, abs=1e-6)
+    assert logged["rewards/rejected"] == pytest.approx((beta * a_r).mean().item(), rel=1e-4, abs=1e-6)
+    assert logged["rewards/margins"] == pytest.approx((beta * (a_c - a_r)).mean().item(), rel=1e-4, abs=1e-6)
+    assert logged["rewards/accuracies"] == pytest.approx((a_c > a_r).float().mean().item())
+    trl_margins = trl._metrics["train"]["rewards/margins"][-1]
+    assert trl_margins == pytest.approx((beta * (c - r)).mean().item(), rel=1e-4, abs=1e-6)
+    assert abs(trl_margins) > 3 * abs(logged["rewards/margins"]), "sigmoid_norm's summed margins are the larger"
+
+
+def test_every_book_loss_has_its_trainer_line():
+    """BookDPOConfig accepts the names in losses.BOOK_LOSSES; BookDPOTrainer calls each through its tables."""
+    from custom_losses.direct_alignment.losses import BOOK_LOSSES
+    from custom_losses.direct_alignment.trainer import AVERAGED_LOSSES, LOGRATIO_LOSSES
+
+    assert set(BOOK_LOSSES) == set(LOGRATIO_LOSSES) | set(AVERAGED_LOSSES), \
+        "a book loss needs its name in losses.BOOK_LOSSES and its line in trainer.py's LOGRATIO_LOSSES (or " \
+        "AVERAGED_LOSSES)"
+    assert set(AVERAGED_LOSSES) == set(REFERENCE_FREE_LOSSES) and set(AVERAGED_LOGRATIO_LOSSES) <= set(LOGRATIO_LOSSES)
+
+
+def test_the_registry_says_which_book_losses_average_as_the_trainer_does():
+    """The held-out evaluator reads the registry's `averages_logprobs`, the trainer its book_loss: the same losses."""
+    book = {name: a for name, a in ALGORITHMS.items() if "book_loss" in a.defaults}
+    averaged = {a.defaults["book_loss"] for a in book.values() if a.averages_logprobs}
+    assert averaged == set(AVERAGED_LOGRATIO_LOSSES) | set(REFERENCE_FREE_LOSSES)
+    assert ALGORITHMS["dpo_norm"].averages_logprobs and not ALGORITHMS["dpo"].averages_logprobs
 
 
 def test_orpo_trainer_is_reference_free_and_matches_formula(tmp_path):
@@ -253,7 +308,7 @@ def test_simpo_cuts_a_long_pair_from_the_left_keeping_the_response(tmp_path):
 # ---------------------------------------------------------------------------------------
 # The book's LR schedule (custom_losses/schedules.py) on every direct-alignment trainer.
 
-DIRECT_ALIGNMENT = ("dpo", "cdpo", "dpo_norm", "ipo", "simpo", "orpo", "kto", "apo_zero", "apo_down")
+DIRECT_ALIGNMENT = tuple(name for name, a in ALGORITHMS.items() if a.family == "direct_alignment")
 
 
 def _lrs(trainer_or_stub, create, steps: int) -> list[float]:

@@ -19,8 +19,16 @@ FAMILY = sorted(name for name, a in ALGORITHMS.items() if a.family == "direct_al
 OUTPUT_FILES = ("config.yaml", "metrics.jsonl", "final_results.json", "curves.png")
 
 
-def test_family_is_complete():
-    assert FAMILY == sorted(["dpo", "cdpo", "dpo_norm", "ipo", "simpo", "orpo", "kto", "apo_zero", "apo_down"])
+def test_every_direct_alignment_algorithm_has_its_recipe():
+    """The registry is the list: each of its direct-alignment entries has recipes/<name>.yaml of that algorithm, and
+    every algorithm the book's facts name (rlhf_recipes/book_reference.py) is a registry entry."""
+    import yaml
+
+    from rlhf_recipes.book_reference import BOOK
+
+    for name in FAMILY:
+        assert yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["algorithm"] == name
+    assert FAMILY and set(BOOK) <= set(ALGORITHMS)
 
 
 @pytest.mark.parametrize("algorithm", FAMILY)

@@ -33,7 +33,7 @@ Keep the runnable set small: each tiny run is seconds of CPU, and a command that
 sweep, a pipeline) pays ~5 CPU-s of imports for each.
 
 The cheap checks below run nothing: every recipes/*.yaml named in the docs exists, every recipe
-is named in README.md, every `rlhf-recipes <command>` named is a real command, and every local
+but an added algorithm's is named in README.md, every `rlhf-recipes <command>` named is a real command, and every local
 link points at a file.
 """
 
@@ -384,11 +384,19 @@ def _all_docs_text() -> str:
 
 
 def test_named_recipes_exist_and_every_recipe_is_in_the_readme():
+    """Every recipe the docs name exists, and the README's table names every recipe but an added algorithm's (one
+    the book never ran: no facts in rlhf_recipes/book_reference.py), which a registry entry and its recipe make
+    complete (README, "Adding an algorithm"); `python recipes/run.py --help` lists every algorithm."""
+    from rlhf_recipes.book_reference import BOOK
+    from rlhf_recipes.registry import ALGORITHMS
+
     named = set(re.findall(r"recipes/[A-Za-z0-9_]+\.yaml", _all_docs_text()))
     missing = sorted(p for p in named if not (REPO / p).exists())
     assert not missing, f"the docs name recipes that do not exist: {missing}"
     readme = _doc_text("README.md")
-    unnamed = sorted(p.name for p in (REPO / "recipes").glob("*.yaml") if f"recipes/{p.name}" not in readme)
+    added = {name for name in ALGORITHMS if name not in BOOK}
+    unnamed = sorted(p.name for p in (REPO / "recipes").glob("*.yaml")
+                     if f"recipes/{p.name}" not in readme and p.stem not in added)
     assert not unnamed, f"README.md does not name these recipes: {unnamed}"
 
 

@@ -411,7 +411,13 @@ def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
             return logprobs[model]
 
     for beta, margin in ((0.0, 0.0), (0.5, 1.0)):
-        recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True), training=SimpleNamespace(),
-                                 setting={"beta": beta}.get)
+        recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True, averages_logprobs=False),
+                                 training=SimpleNamespace(), setting={"beta": beta}.get)
         scores = Fake(recipe, EvalOptions()).score("policy", None)
         assert scores.per_problem["implicit_margin"] == [margin], beta
+    # DPO-norm (the registry's averages_logprobs): the log-ratio per completion token, as its loss and logged rewards
+    recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True, averages_logprobs=True),
+                             training=SimpleNamespace(), value={"beta": 0.5}.get)
+    scores = Fake(recipe, EvalOptions()).score("policy", None)
+    assert scores.per_problem["implicit_margin"] == [0.5]  # 0.5 x ((-1 + 2) / 2 - (-3 + 2) / 2)
+    assert "averaged over the completion's tokens" in scores.decoding["implicit_reward"]

@@ -85,8 +85,8 @@ def test_dpo_on_nano_raises_heldout_preference_accuracy(dpo_eval):
 
 def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     """The nano overlay swaps the data for pairs sampled on spell_backward and sizes the run for a CPU; the loss
-    stays the algorithm's (registry defaults untouched), and beta is the recipe's unless the nano profile's
-    `algorithms` section sets one (the summed-log-ratio losses, DPO-norm, IPO)."""
+    stays the algorithm's (registry defaults untouched), and beta is the family's nano beta (for summed log-ratios)
+    unless the nano profile's `algorithms` section sets the algorithm's own (DPO-norm, IPO, SimPO, ORPO)."""
     import yaml
 
     from rlhf_recipes.config import load_recipe
@@ -95,20 +95,37 @@ def test_every_direct_alignment_recipe_resolves_on_nano_with_its_own_loss():
     from lab.nano_book import nano_algorithms
 
     names = nano_algorithms("direct_alignment")
-    assert len(names) == 9 and "dpo" in names and "grpo" not in names
+    assert names == [n for n, a in ALGORITHMS.items() if a.family == "direct_alignment"] and "grpo" not in names
     for name in names:
         recipe = load_recipe([str(RECIPES / f"{name}.yaml"), "--profile", "nano"], construct=False)
         assert recipe.model.model_name_or_path == "nano" and recipe.args.dataset == "reasoning_gym_preferences"
         for key, value in ALGORITHMS[name].defaults.items():
             assert setting_of(recipe, key) == value, (name, key)
-        own_beta = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())["beta"]
+        assert "beta" in yaml.safe_load((RECIPES / f"{name}.yaml").read_text()), name  # the book's, on the GPU
         nano = read_profile("nano")
         own = nano.algorithms.get(name, {})
-        assert setting_of(recipe, "beta") == own.get("beta", own_beta), name
-        if "beta" in own:
-            assert recipe.origin["beta"] == f"profile nano (algorithms.{name})", name
+        family_beta = nano.families["direct_alignment"]["beta"]
+        assert setting_of(recipe, "beta") == own.get("beta", family_beta), name
+        where = f"algorithms.{name}" if "beta" in own else "families.direct_alignment"
+        assert recipe.origin["beta"] == f"profile nano ({where})", name
         # the family's nano lr unless the profile sets the algorithm's own (SimPO: the book's ratio)
         assert setting_of(recipe, "learning_rate") == own.get(
             "learning_rate", nano.families["direct_alignment"]["learning_rate"]), name
     beta = setting_of(load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False), "beta")
     assert beta == 1.0  # the recipe's 0.1 is the book's; nano's summed log-ratios need 1.0 (recipes/profiles/nano.yaml)
+
+
+def test_a_new_direct_alignment_algorithm_gets_the_familys_nano_values(tmp_path, monkeypatch):
+    """A registry entry and a recipe are enough for nano: a new loss gets the family's nano beta (1.0, for summed
+    log-ratios), not its recipe's book value, and the family's nano lr and steps, without a line in the profile."""
+    import dataclasses
+
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.registry import ALGORITHMS
+
+    monkeypatch.setitem(ALGORITHMS, "new_loss", dataclasses.replace(ALGORITHMS["dpo"], name="new_loss"))
+    recipe_file = tmp_path / "new_loss.yaml"
+    recipe_file.write_text((RECIPES / "dpo.yaml").read_text().replace("algorithm: dpo", "algorithm: new_loss"))
+    recipe = load_recipe([str(recipe_file), "--profile", "nano"], construct=False)
+    assert setting_of(recipe, "beta") == 1.0 and recipe.origin["beta"] == "profile nano (families.direct_alignment)"
+    assert setting_of(recipe, "learning_rate") == 1e-5 and setting_of(recipe, "max_steps") == 200

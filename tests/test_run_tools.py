@@ -107,6 +107,18 @@ def test_the_table_shows_status_and_the_evaluation_difference(runs):
     assert evaluations_cell(SavedRun.open(runs / "lora")) == "-"
 
 
+def test_runs_names_a_run_by_what_it_trained(tmp_path):
+    """A run whose config changed one of its algorithm's registry defaults (DPOConfig's loss_type hinge through
+    recipes/dpo.yaml) trained another loss than the algorithm's: `runs` names it by that, not as plain dpo."""
+    from rlhf_recipes.tools.runs import trained_as
+
+    assert trained_as(SavedRun(tmp_path, {"algorithm": "dpo", "loss_type": ["hinge"]})) == "dpo (loss_type hinge)"
+    assert trained_as(SavedRun(tmp_path, {"algorithm": "dpo", "loss_type": ["sigmoid"], "beta": 0.5})) == "dpo"
+    assert trained_as(SavedRun(tmp_path, {"algorithm": "dapo", "epsilon_high": 0.3, "loss_type": "bnpo"})) == \
+        "dapo (epsilon_high 0.3)"
+    assert trained_as(SavedRun(tmp_path, {"algorithm": "no_such_algorithm"})) == "no_such_algorithm"
+
+
 def test_a_piped_runs_table_folds_at_200_columns(runs, tmp_path, capsys):
     """Piped into a file or a CI log, the table keeps to 200 columns (a long sweep path folds in its cell) rather
     than one line as wide as the longest row."""

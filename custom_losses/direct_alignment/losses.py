@@ -7,6 +7,8 @@ D = lr_c - lr_r; d = beta * D.
 
 Why not TRL's own option:
   cdpo  TRL's `sigmoid` ignores label_smoothing since 0.29; `robust` divides by (1 - 2 eps).
+  dpo_norm  TRL's `sigmoid_norm` computes the same loss but logs rewards/* from the SUMMED log-ratios; the book
+        (use_average_logprob) logs the averaged ones it trains on, about the response length smaller.
   ipo   TRL's `ipo` length-normalises the log-ratios; the book uses summed ones.
   orpo  TRL's ORPO takes the NLL over prompt+response as a token mean, without clamping.
   kto   TRL's KTOTrainer unpairs the data and runs extra forwards for the KL point.
@@ -23,8 +25,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-BOOK_LOSSES = ("dpo", "cdpo", "ipo", "orpo", "kto", "apo_zero", "apo_down", "simpo")
+BOOK_LOSSES = ("dpo", "cdpo", "dpo_norm", "ipo", "orpo", "kto", "apo_zero", "apo_down", "simpo")
 REFERENCE_FREE_LOSSES = ("orpo", "simpo")  # read the policy's log-probs alone (AVERAGED over the response)
+# Read log-ratios AVERAGED over each response's tokens (the book's use_average_logprob), as are their logged rewards.
+AVERAGED_LOGRATIO_LOSSES = ("dpo_norm",)
 
 
 def dpo_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:

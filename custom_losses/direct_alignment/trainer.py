@@ -2,8 +2,9 @@
 BookDPOTrainer: that, with one of the book's loss functions (losses.py).
 
 It runs the forward passes, reusing DPOTrainer's data pipeline, reference handling and PEFT
-support, and hands the summed response log-probs to the loss. A reference-free loss (ORPO,
-SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
+support, and hands the summed response log-ratios to the loss (averaged over each response's tokens for
+DPO-norm: losses.AVERAGED_LOGRATIO_LOSSES); rewards/* are logged as beta x those same log-ratios, as the book
+does. A reference-free loss (ORPO, SimPO: losses.REFERENCE_FREE_LOSSES) reads averaged log-probs and runs with `reference_free=True`:
 the trainer then keeps no reference copy and computes no reference log-probs. Which algorithms are reference-free is the registry's fact
 (rlhf_recipes/registry.py, `reference_model`); the family passes it in.
 """
@@ -14,8 +15,8 @@ import torch
 from trl import DPOTrainer
 
 from custom_losses.direct_alignment.losses import (
-    REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss, kto_loss, orpo_loss,
-    simpo_loss,
+    AVERAGED_LOGRATIO_LOSSES, REFERENCE_FREE_LOSSES, apo_down_loss, apo_zero_loss, cdpo_loss, dpo_loss, ipo_loss,
+    kto_loss, orpo_loss, simpo_loss,
 )
 from custom_losses.schedules import BookLRScheduleMixin
 
@@ -25,9 +26,11 @@ class ScheduledDPOTrainer(BookLRScheduleMixin, DPOTrainer):
 
 
 # book_loss -> f(chosen, rejected, beta, config) -> (scalar loss, extra metrics). The log-ratio losses take
-# lr = logp - ref summed over the response; the reference-free ones take the AVERAGED response log-probs.
+# lr = logp - ref summed over the response (averaged over its tokens for AVERAGED_LOGRATIO_LOSSES); the
+# reference-free ones take the AVERAGED response log-probs.
 LOGRATIO_LOSSES = {
     "dpo": lambda c, r, beta, cfg: (dpo_loss(c, r, beta).mean(), {}),
+    "dpo_norm": lambda c, r, beta, cfg: (dpo_loss(c, r, beta).mean(), {}),  # c, r averaged: DPO-norm
     "cdpo": lambda c, r, beta, cfg: (cdpo_loss(c, r, beta, cfg.label_smoothing).mean(), {}),
     "ipo": lambda c, r, beta, cfg: (ipo_loss(c, r, beta).mean(), {}),
     "apo_zero": lambda c, r, beta, cfg: (apo_zero_loss(c, r, beta).mean(), {}),
@@ -102,6 +105,8 @@ class BookDPOTrainer(ScheduledDPOTrainer):
             else:
                 ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
             lr_c, lr_r = chosen_logps - ref_c, rejected_logps - ref_r
+            if loss_name in AVERAGED_LOGRATIO_LOSSES:  # the loss and the logged rewards read per-token means
+                lr_c, lr_r = lr_c / chosen_len, lr_r / rejected_len
             loss, metrics = LOGRATIO_LOSSES[loss_name](lr_c, lr_r, beta, self.args)
             chosen_rewards, rejected_rewards = beta * lr_c.detach(), beta * lr_r.detach()
 

@@ -3,9 +3,11 @@
 Problems: held-out preference pairs (rlhf_recipes/evaluation/heldout.py). Per pair, from sequence log-probs
 of the chosen and rejected completions (the prompt rendered with the chat template, as TRL's DPOTrainer does):
   implicit_accuracy   the DPO implicit reward r = beta * (log pi(y|x) - log ref(y|x)) ranks chosen above
-                      rejected (a tie counts 1/2, so the reference model itself scores exactly 0.5); for a
-                      reference-free algorithm (SimPO, ORPO: no reference in the registry) r is the mean token
-                      log-prob of the completion (SimPO's reward, without its beta);
+                      rejected (a tie counts 1/2, so the reference model itself scores exactly 0.5); for an
+                      algorithm that averages log-probs (the registry's `averages_logprobs`: DPO-norm) the
+                      log-ratio is divided by the completion's tokens, as its training loss and logged rewards;
+                      for a reference-free algorithm (SimPO, ORPO: no reference in the registry) r is the mean
+                      token log-prob of the completion (SimPO's reward, without its beta);
   implicit_margin     r(chosen) - r(rejected);
   logprob_accuracy    log pi(chosen) > log pi(rejected) under the policy alone (no reference: meaningful for the
                       starting model too);
@@ -74,13 +76,16 @@ class PreferenceEvaluator(Evaluator):
         problems, _ = self.data()
         policy = self.logprobs(model, tokenizer, problems)
         reference_free = not self.recipe.algorithm.reference_model
+        averaged = self.recipe.algorithm.averages_logprobs
         beta = float(self.recipe.setting("beta"))  # the run's own, 0 included (a tie on every pair, reported as such)
         if reference_free:
             rewards = {s: [lp / max(n, 1) for lp, n in policy[s]] for s in policy}
         else:
             ref_model, ref_tokenizer = self.reference()
             ref = self.logprobs(ref_model, ref_tokenizer, problems)
-            rewards = {s: [beta * (a[0] - b[0]) for a, b in zip(policy[s], ref[s])] for s in policy}
+            # the same completion tokens under both models: one length divides the log-ratio
+            rewards = {s: [beta * (a[0] - b[0]) / (max(a[1], 1) if averaged else 1) for a, b in zip(policy[s], ref[s])]
+                       for s in policy}
         margins = [c - r for c, r in zip(rewards["chosen"], rewards["rejected"])]
         per_problem = {
             "implicit_accuracy": [1.0 if m > 0 else 0.5 if m == 0 else 0.0 for m in margins],
@@ -89,7 +94,9 @@ class PreferenceEvaluator(Evaluator):
         }
         scores = Scores(per_problem=per_problem, rates=frozenset({"logprob_accuracy"}),
                         decoding={"implicit_reward": "mean token log-prob" if reference_free else f"beta {beta} x "
-                                  "log-ratio to the reference", "max_length": self.recipe.setting("max_length")})
+                                  "log-ratio to the reference" + (", averaged over the completion's tokens"
+                                                                  if averaged else ""),
+                                  "max_length": self.recipe.setting("max_length")})
         if self.options.judge:
             self.judge(model, tokenizer, problems, scores)
         return scores

@@ -5,7 +5,8 @@
     rlhf-recipes runs --prune 1 --dry-run  # what keeping the last complete checkpoint per run would free
     rlhf-recipes runs --prune 2            # keep the last 2 complete checkpoints of each run, delete the rest
 
-One row per run folder (a folder holding a run's config.yaml): algorithm, model, profile, status
+One row per run folder (a folder holding a run's config.yaml): algorithm (with any of its registry defaults the run
+changed: `dpo (loss_type hinge)`), model, profile, status
 (finished / interrupted at step N / stopped by a health check at step N / failed at step N / running),
 steps, the final key metrics (the algorithm's, from the registry), the evaluations in RUN_DIR/eval/,
 size on disk and checkpoints (complete, and incomplete ones: saves that did not finish).
@@ -32,6 +33,20 @@ from rlhf_recipes.tools import document
 from rlhf_recipes.tools.document import number
 
 DEFAULT_ROOT = "outputs"
+
+
+def trained_as(run: SavedRun) -> str:
+    """The run's algorithm, with each of its registry defaults that the run's config changed: `dpo (loss_type
+    hinge)` trained TRL's hinge loss through recipes/dpo.yaml, which is not DPO."""
+    from rlhf_recipes.registry import ALGORITHMS, canonical_name
+
+    entry = ALGORITHMS.get(canonical_name(run.algorithm))
+    if entry is None:
+        return run.algorithm
+    shown = lambda v: ",".join(map(str, v)) if isinstance(v, list) else str(v)
+    changed = [f"{key} {shown(run.config[key])}" for key, value in entry.defaults.items()
+               if key in run.config and run.config[key] != value]
+    return f"{run.algorithm} ({', '.join(changed)})" if changed else run.algorithm
 
 
 def checkpoints_cell(run: SavedRun) -> str:
@@ -62,7 +77,7 @@ def evaluations_cell(run: SavedRun) -> str:
 def print_table(runs: list[SavedRun], root: Path) -> None:
     from rich.filesize import decimal
 
-    rows = [[str(run.path.relative_to(root)) if run.path != root else run.path.name, run.algorithm, run.model,
+    rows = [[str(run.path.relative_to(root)) if run.path != root else run.path.name, trained_as(run), run.model,
              run.profile or "-", run.status, "-" if run.steps is None else str(run.steps),
              ", ".join(f"{k} {number(v)}" for k, v in list(run.final_metrics().items())[:3]) or "-",
              evaluations_cell(run), decimal(run.bytes), checkpoints_cell(run)] for run in runs]
@@ -153,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = find_runs(root)
     try:
         if args.json:
-            print(json.dumps([r.summary() for r in runs], indent=2, default=str))
+            print(json.dumps([{**r.summary(), "trained": trained_as(r)} for r in runs], indent=2, default=str))
         elif runs:
             print_table(runs, root)
         else:
