@@ -421,3 +421,23 @@ def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
     scores = Fake(recipe, EvalOptions()).score("policy", None)
     assert scores.per_problem["implicit_margin"] == [0.5]  # 0.5 x ((-1 + 2) / 2 - (-3 + 2) / 2)
     assert "averaged over the completion's tokens" in scores.decoding["implicit_reward"]
+
+
+def test_a_weights_file_cut_short_is_one_line_naming_it(tmp_path, capsys):
+    """A model.safetensors cut short (a save killed mid-write) was safetensors' traceback at load: one line naming
+    the file, the bytes it has and what to do, before the recipe is built."""
+    import os
+    import shutil
+
+    from rlhf_recipes.tiny import tiny_model_path
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_path(), run / "checkpoint-4")
+    weights = run / "checkpoint-4" / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    shutil.copytree(tiny_model_path(), run / "checkpoint-2")
+    assert evaluate(run / "checkpoint-4", "--recipe", RECIPES / "grpo.yaml", "--profile", "tiny",
+                    "--output", tmp_path / "x.json") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"MODEL: {weights} is cut short or corrupt" in err, err
+    assert f"{run / 'checkpoint-2'}" in err and not (tmp_path / "x.json").exists()

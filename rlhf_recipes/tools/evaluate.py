@@ -68,6 +68,9 @@ def check_model(model: Path) -> None:
         check_hub_model(text, "MODEL")
         return
     check_model_folder(text, "MODEL", tokenizer=False)
+    from rlhf_recipes.tools.trained_model import check_weights_readable
+
+    check_weights_readable(model, "MODEL")
 
 
 def make_parser() -> argparse.ArgumentParser:
