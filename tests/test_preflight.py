@@ -510,3 +510,11 @@ def test_a_missing_deepspeed_config_file_is_one_line_naming_it(tmp_path):
     with pytest.raises(ValueError, match="deepspeed_config_file nowhere/ds.json cannot be read") as err:
         read_launch(str(config))
     assert "\n" not in str(err.value)
+
+
+def test_preflight_and_plan_take_the_accelerate_config_by_the_same_names(capsys, no_gpu):
+    """`plan --config` vs `preflight --config_file`: both take --config_file (accelerate launch's name) and --config."""
+    config = str(ROOT / "accelerate_configs" / "4gpu.yaml")
+    for flag in ("--config_file", "--config"):
+        code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), flag, config, "--report_to", "none")
+        assert any(line.startswith("stop gpus") and "wants 4 GPU(s)" in line for line in lines), (flag, lines)

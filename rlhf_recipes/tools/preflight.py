@@ -37,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlhf-recipes preflight", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe")
-    parser.add_argument("--config_file", help="the accelerate config the run will be launched with "
-                                              "(accelerate_configs/*.yaml); default: one process")
+    parser.add_argument("--config_file", "--config", dest="config_file",  # --config: plan's former spelling
+                        help="the accelerate config the run will be launched with (accelerate_configs/*.yaml), as "
+                             "`accelerate launch --config_file` and `rlhf-recipes plan` take it; default: one process")
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     start = time.time()
     findings = run_checks([args.recipe, *overrides], args.config_file)

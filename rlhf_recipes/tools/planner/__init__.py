@@ -1,6 +1,6 @@
 """Will a recipe fit? Predicted peak memory per GPU from the model's config.json alone.
 
-    rlhf-recipes plan recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
+    rlhf-recipes plan recipes/grpo.yaml --config_file accelerate_configs/4gpu.yaml
 
 memory.py holds the arithmetic (one documented function per term), shapes.py the model shapes
 (shipped for the book's models), launch.py what is read from an accelerate config, plan.py

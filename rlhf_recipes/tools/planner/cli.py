@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Will this recipe fit on my GPUs? `rlhf-recipes plan RECIPE.yaml [--config ACCELERATE.yaml] [--KEY VALUE ...]`
+"""Will this recipe fit on my GPUs? `rlhf-recipes plan RECIPE.yaml [--config_file ACCELERATE.yaml] [--KEY VALUE ...]`
 
 Prints the predicted peak memory per GPU, term by term (weights, gradients, optimizer state,
 activations with or without checkpointing, reference / reward models, the LM head, the KV
@@ -9,10 +9,10 @@ model's config.json (shipped for the book's models; fetched from the Hub otherwi
 weights are downloaded and no GPU is needed.
 
 Examples:
-  rlhf-recipes plan recipes/grpo.yaml --config accelerate_configs/4gpu.yaml
+  rlhf-recipes plan recipes/grpo.yaml --config_file accelerate_configs/4gpu.yaml
   rlhf-recipes plan recipes/dpo.yaml --activation_checkpointing false
   rlhf-recipes plan recipes/dpo.yaml --model_name_or_path allenai/OLMo-2-1124-7B-SFT \
-      --config accelerate_configs/zero3.yaml
+      --config_file accelerate_configs/zero3.yaml
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe")
-    # --config_file as well: the flag's name in preflight and in `accelerate launch`, so one command line serves all
-    parser.add_argument("--config", "--config_file", dest="config",
+    # --config_file: the flag's name in preflight and in `accelerate launch`, so one command line serves all three;
+    # --config, its former spelling here, still works
+    parser.add_argument("--config_file", "--config", dest="config",
                         help="accelerate config (accelerate_configs/*.yaml); default: one GPU")
     parser.add_argument("--gpu-memory", type=float, default=48.0, help="GiB per GPU (default 48, an RTX A6000)")
     parser.add_argument("--prompt-length", type=int, help="policy gradients: prompt tokens (default 256)")

@@ -42,7 +42,7 @@ def _candidates(plan: Plan) -> list[tuple[str, str, list[str], Launch]]:
         gpus = launch.processes if launch.processes > 1 else 4
         zero3 = Launch(source=ZERO3_CONFIG, processes=gpus, distributed="DEEPSPEED", zero_stage=3,
                        mixed_precision=launch.mixed_precision)
-        desc = f"--config {ZERO3_CONFIG}" + ("" if launch.processes > 1 else " on 4 GPUs")
+        desc = f"--config_file {ZERO3_CONFIG}" + ("" if launch.processes > 1 else " on 4 GPUs")
         changes += [("zero3", desc, [], zero3), ("zero3-offload", f"{desc} with offload_optimizer_device: cpu", [],
                                                  replace(zero3, offload_optimizer=True))]
     if not plan.recipe.model.use_peft:
