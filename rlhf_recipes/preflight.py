@@ -8,8 +8,9 @@ the accelerate config and the planner's model sizes.
 
 - wandb: a run that reports to wandb needs an API key (or an offline mode), else wandb raises at the first step,
   after everything has loaded, or waits on a login prompt on rank 0 while the other ranks wait on it;
-- extras: the optional packages the run needs (DeepSpeed, bitsandbytes, vLLM, flash-attn), and their versions
-  against the ranges TRL 1.16 declares for them;
+- extras: the optional packages the run needs (DeepSpeed, bitsandbytes, vLLM, flash-attn): installed, importing
+  (a build for another CUDA installs but fails at import, after the model has loaded), and their versions against
+  the ranges TRL 1.16 declares for them;
 - accelerator: a real recipe (no profile, a hub-size model) on a machine where torch sees no GPU would train on
   the CPU, for days, without a word;
 - disk: the checkpoints the run keeps, and its final model, against the free space where it writes them.
@@ -207,25 +208,96 @@ def needed_packages(recipe) -> set[str]:
     return needed
 
 
-def extras_findings(recipe, deepspeed: bool | None = None) -> list[Finding]:
-    """Each optional package the run needs: missing is a stop; a version outside TRL's range a warning."""
-    findings = []
+def extras_findings(recipe, deepspeed: bool | None = None, in_child: bool = False) -> list[Finding]:
+    """Each optional package the run needs: missing, or installed but failing to import (a build for another CUDA
+    or torch), is a stop; a version outside TRL's range a warning. The imports are tried in this process (a run,
+    which imports them anyway moments later) or, `in_child`, in one child interpreter (`rlhf-recipes preflight`,
+    which should not pay for or be changed by them)."""
+    findings, installed = [], {}
     for package, where in needed_extras(recipe, deepspeed):
-        extra, trl_extra = EXTRAS[package]
-        install = f'pip install "rlhf-recipes[{extra}]"'
         version = installed_version(package)
         if version is None:
             findings.append(Finding(STOP, package, f"{where}: needs the package `{package}`, which is not installed. "
-                                                   f"Install it with {install}"))
-            continue
+                                                   f"Install it with {_install(package)}"))
+        else:
+            installed[package] = (where, version)
+    problems = import_problems([package.replace("-", "_") for package in installed], in_child)
+    for package, (where, version) in installed.items():
+        extra, trl_extra = EXTRAS[package]
+        problem = problems.get(package.replace("-", "_"))
         wanted = trl_range(trl_extra) if trl_extra else None
-        if wanted is not None and not wanted.contains(version, prereleases=True):
+        if problem is not None:
+            findings.append(Finding(STOP, package, f"{where}: needs the package `{package}` {version}, which is "
+                                                   f"installed but does not import ({problem}): usually a build for "
+                                                   f"another CUDA or torch (this torch: {_torch_build()}). Reinstall "
+                                                   f"it for this machine ({_install(package)} --force-reinstall); "
+                                                   f"python -c \"import {package.replace('-', '_')}\" shows the "
+                                                   "whole error"))
+        elif wanted is not None and not wanted.contains(version, prereleases=True):
             findings.append(Finding(WARN, package, f"{package} {version} is outside TRL 1.16's range {wanted} (its "
-                                                   f"`{trl_extra}` extra); install the supported one with {install}"))
+                                                   f"`{trl_extra}` extra); install the supported one with "
+                                                   f"{_install(package)}"))
         else:
             findings.append(Finding(OK, package, f"{package} {version}" + (f" (TRL 1.16 wants {wanted})" if wanted
                                                                           else "") + f", for {where}"))
     return findings
+
+
+def _install(package: str) -> str:
+    return f'pip install "rlhf-recipes[{EXTRAS[package][0]}]"'
+
+
+def _torch_build() -> str:
+    """torch's version and what it is built for (the run and preflight have imported torch already)."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001  (torch itself broken: its version is all there is to say)
+        return importlib.metadata.version("torch")
+    cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
+    return f"{torch.__version__}, " + (f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else "CPU-only")
+
+
+IMPORT_CHECK_TIMEOUT_S = 300  # DeepSpeed and bitsandbytes take 7-15 s to import on a loaded 2-core machine
+_IMPORTS_MARK = "rlhf-recipes import check: "
+_IMPORT_EACH = f"""
+import importlib, json, sys
+problems = {{}}
+for module in sys.argv[1:]:
+    try:
+        importlib.import_module(module)
+    except Exception as e:
+        problems[module] = f"{{type(e).__name__}}: {{(str(e).strip().splitlines() or [''])[0][:200]}}"
+print({_IMPORTS_MARK!r} + json.dumps(problems), flush=True)
+"""
+
+
+def import_problems(modules: list[str], in_child: bool = False) -> dict[str, str]:
+    """{module: its import's error, one line} for the modules that do not import (here, or in one child
+    interpreter with this environment: sys.executable, PYTHONPATH and all)."""
+    if not modules:
+        return {}
+    if not in_child:
+        problems = {}
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as e:  # noqa: BLE001  (a CUDA mismatch raises OSError or RuntimeError as often)
+                problems[module] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        return problems
+    import json
+    import subprocess
+    import sys
+
+    try:
+        child = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *modules], capture_output=True, text=True,
+                               timeout=IMPORT_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {m: f"importing it took over {IMPORT_CHECK_TIMEOUT_S} s" for m in modules}
+    for line in child.stdout.splitlines():
+        if line.startswith(_IMPORTS_MARK):
+            return json.loads(line[len(_IMPORTS_MARK):])
+    last = (child.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return {m: f"the interpreter died importing them (exit {child.returncode}: {last})" for m in modules}
 
 
 def installed_version(package: str) -> str | None:

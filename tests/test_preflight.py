@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import namedtuple
 
 import pytest
@@ -315,6 +318,46 @@ def test_a_missing_or_out_of_range_extra_is_named(monkeypatch):
     (finding,) = preflight.extras_findings(recipe, deepspeed=True)
     assert finding.level == "warn" and "outside TRL 1.16's range >=0.18.6" in finding.text
     assert preflight.extras_findings(recipe, deepspeed=False) == []
+
+
+def _broken_package(root, name: str = "bitsandbytes"):
+    """A package `name` first on the path whose import fails, as a bitsandbytes built for another CUDA does."""
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text('raise ImportError("libbitsandbytes_cuda126.so: cannot open shared '
+                                             'object file: No such file or directory")\n')
+    return root
+
+
+def test_an_extra_that_is_installed_but_does_not_import_stops_preflight(capsys, tmp_path, monkeypatch):
+    """preflight said `ok bitsandbytes` for a bitsandbytes that is installed but fails to import (a CUDA mismatch),
+    and the 4-bit run then died with an ImportError traceback: preflight imports each needed extra in a child
+    interpreter (this process, where the real one is found, is left as it is)."""
+    broken = _broken_package(tmp_path / "broken")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(broken), os.environ.get("PYTHONPATH")])))
+    argv = (str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--load_in_4bit", "true", "--use_peft", "true",
+            "--report_to", "none", "--output_dir", str(tmp_path / "run"))
+    code, lines = _preflight(capsys, *argv)
+    (line,) = [line for line in lines if line.split()[1] == "bitsandbytes"]
+    assert code == 1 and line.startswith("stop") and "installed but does not import" in line, lines
+    assert "cannot open shared object file" in line and 'rlhf-recipes[qlora]' in line
+    monkeypatch.delenv("PYTHONPATH")
+    code, lines = _preflight(capsys, *argv)
+    (line,) = [line for line in lines if line.split()[1] == "bitsandbytes"]
+    assert code == 0 and line.startswith("ok"), lines
+
+
+def test_a_run_whose_extra_does_not_import_stops_in_one_line_before_loading(tmp_path):
+    """The run's own check (validation.check_inputs -> preflight.extras_findings) imports the extra it is about to
+    use, so the broken install is one line at the start instead of a traceback after the model and data load."""
+    broken = _broken_package(tmp_path / "broken")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(broken), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, str(RECIPES / "run.py"), str(RECIPES / "dpo.yaml"), "--profile", "tiny",
+                          "--load_in_4bit", "true", "--use_peft", "true", "--report_to", "none", "--output_dir",
+                          str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300)
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert err[-1].startswith("error: command line: `load_in_4bit`: needs the package `bitsandbytes`"), err[-1]
+    assert "installed but does not import" in err[-1] and not (tmp_path / "run").exists()
 
 
 def test_a_bitsandbytes_optimizer_keeps_bitsandbytes_in_the_run():

@@ -98,7 +98,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     yield Finding(OK, "recipe", f"{recipe.source}: {recipe.algorithm.name}, {how}"
                                 + (f", profile {recipe.args.profile}" if recipe.args.profile else ""))
     yield from gpu_findings(recipe, launch)
-    yield from core.extras_findings(recipe, deepspeed=launch.distributed == "DEEPSPEED")
+    yield from core.extras_findings(recipe, deepspeed=launch.distributed == "DEEPSPEED", in_child=True)
     wandb = core.wandb_finding(recipe)
     if wandb is not None:
         yield wandb
