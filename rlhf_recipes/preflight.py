@@ -34,6 +34,7 @@ from rlhf_recipes.paths import unwritable_reason
 logger = logging.getLogger(__name__)
 
 OK, WARN, STOP = "ok", "warn", "stop"
+_CHILD_MARK = "rlhf-recipes preflight child: "  # the line a child interpreter answers on, whatever else it prints
 GB = 1e9  # disk sizes in decimal GB, as df -H and cloud quotas give them
 
 
@@ -90,7 +91,10 @@ def wandb_finding(recipe) -> Finding | None:
     if mode in NO_LOGIN_MODES:
         return Finding(OK, "wandb", f"wandb {mode}: no login needed; the run logs to project `{project}` in "
                                     "<output_dir>/wandb (wandb sync uploads it later)")
-    source, problem = wandb_api_key_source()
+    source, problem = wandb_login()
+    if problem and problem.startswith(NO_ANSWER):
+        return Finding(WARN, "wandb", f"{where}: wandb's login could not be checked ({problem}); the run may fail as "
+                                      "training starts: run wandb login, or pass --wandb_mode offline")
     if problem:
         return Finding(STOP, "wandb", f"{where}: wandb's API key is not valid ({problem}). Fix it with wandb login "
                                       "--relogin, or pass --wandb_mode offline or --report_to none")
@@ -102,54 +106,56 @@ def wandb_finding(recipe) -> Finding | None:
     return Finding(OK, "wandb", f"wandb logged in ({source}); the run logs to project `{project}`")
 
 
-def wandb_api_key_source() -> tuple[str | None, str | None]:
-    """(where wandb would find its API key, or None; the key's problem, or None), read as wandb.init reads them
-    (wandb/sdk/lib/wbauth/authenticate.py `_use_system_auth`): WANDB_API_KEY or WANDB_IDENTITY_TOKEN_FILE, the netrc
-    entry for the server's host, the settings' key. No network, no prompt, and wandb's own process-wide settings
-    are left unloaded (wandb.init reads them later, after the run has set WANDB_MODE and WANDB_DIR)."""
-    try:  # wandb's own readers (0.2x releases moved them; an older wandb is read as the stdlib reads netrc)
-        from wandb.sdk.lib import wbauth
-        from wandb.sdk.wandb_settings import Settings
-    except ImportError:
-        wbauth = None
-    key = os.environ.get("WANDB_API_KEY")
-    if key:
-        problem = wbauth.check_api_key(key) if wbauth is not None else None
-        return "WANDB_API_KEY", (f"WANDB_API_KEY: {problem}" if problem else None)
-    if os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return "WANDB_IDENTITY_TOKEN_FILE", None
-    if wbauth is None:
-        return _netrc_api_key_source()
-    settings = Settings()
-    config_dir = os.environ.get("WANDB_CONFIG_DIR")
-    settings.settings_system = str(Path(config_dir or "~/.config/wandb").expanduser() / "settings")
-    try:
-        settings.update_from_system_settings()
-        settings.update_from_env_vars({k: v for k, v in os.environ.items() if k != "WANDB_MODE"})
-        netrc_key = wbauth.read_netrc_auth(host=settings.base_url)
-    except Exception as e:  # a malformed settings file or key: what wandb.init would trip on too
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    if netrc_key:
-        return f"netrc entry for {settings.base_url}", None
-    if settings.api_key:
-        return "wandb settings", None
-    return None, None
+WANDB_LOGIN_TIMEOUT_S = 120
+NO_ANSWER = "wandb.login did not answer"
+# wandb's public login without a prompt or a request to its server: True when it finds credentials (WANDB_API_KEY,
+# an identity token file, the settings' key, the netrc entry for its host), an error when the key is malformed.
+_WANDB_LOGIN = f"""
+import inspect, json, wandb
+try:
+    quiet = {{"prompt": False}} if "prompt" in inspect.signature(wandb.login).parameters else {{}}
+    answer = {{"logged_in": bool(wandb.login(verify=False, **quiet)), "problem": None}}
+except Exception as e:
+    answer = {{"logged_in": False, "problem": f"{{type(e).__name__}}: {{(str(e).strip().splitlines() or [''])[0][:200]}}"}}
+print({_CHILD_MARK!r} + json.dumps(answer), flush=True)
+"""
 
 
-def _netrc_api_key_source() -> tuple[str | None, str | None]:
-    """wandb_api_key_source's netrc entry for a wandb without the readers it uses: the one for WANDB_BASE_URL's host
-    (api.wandb.ai by default), as every wandb release has read it."""
-    import netrc
-    from urllib.parse import urlparse
-
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
-    try:
-        entry = netrc.netrc(os.environ.get("NETRC") or None).authenticators(host)
-    except FileNotFoundError:
+def wandb_login() -> tuple[str | None, str | None]:
+    """(where wandb finds its credentials, or None; their problem, or None), from wandb.login(verify=False), its
+    public API, in a child interpreter: login loads wandb's process-wide settings and credentials, which wandb.init
+    must read later, after the run has set WANDB_MODE and WANDB_DIR. No network, no prompt (stdin closed)."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # the mode was judged above
+    answer = _child_json(_WANDB_LOGIN, [], WANDB_LOGIN_TIMEOUT_S, env={**env, "WANDB_SILENT": "true"})
+    if "timeout" in answer or "died" in answer:
+        return None, f"{NO_ANSWER}: " + (f"over {WANDB_LOGIN_TIMEOUT_S} s" if "timeout" in answer else answer["died"])
+    if answer["problem"]:
+        return None, answer["problem"]
+    if not answer["logged_in"]:
         return None, None
-    except (netrc.NetrcParseError, OSError) as e:
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
-    return (f"netrc entry for {host}", None) if entry and entry[2] else (None, None)
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if os.environ.get(name):
+            return name, None
+    return "its netrc entry or settings", None
+
+
+def _child_json(code: str, args: list[str], timeout: float, env: dict[str, str] | None = None) -> dict:
+    """What a child interpreter running `code` printed after _CHILD_MARK, as JSON; {"died": why} when it printed
+    nothing there, {"timeout": True} when it ran past `timeout`."""
+    import json
+    import subprocess
+    import sys
+
+    try:
+        child = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    for line in child.stdout.splitlines():
+        if line.startswith(_CHILD_MARK):
+            return json.loads(line[len(_CHILD_MARK):])
+    last = (child.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return {"died": f"exit {child.returncode}: {last}"}
 
 
 # --------------------------------------------------------------------------------------
@@ -258,7 +264,6 @@ def _torch_build() -> str:
 
 
 IMPORT_CHECK_TIMEOUT_S = 300  # DeepSpeed and bitsandbytes take 7-15 s to import on a loaded 2-core machine
-_IMPORTS_MARK = "rlhf-recipes import check: "
 _IMPORT_EACH = f"""
 import importlib, json, sys
 problems = {{}}
@@ -267,7 +272,7 @@ for module in sys.argv[1:]:
         importlib.import_module(module)
     except Exception as e:
         problems[module] = f"{{type(e).__name__}}: {{(str(e).strip().splitlines() or [''])[0][:200]}}"
-print({_IMPORTS_MARK!r} + json.dumps(problems), flush=True)
+print({_CHILD_MARK!r} + json.dumps(problems), flush=True)
 """
 
 
@@ -284,20 +289,12 @@ def import_problems(modules: list[str], in_child: bool = False) -> dict[str, str
             except Exception as e:  # noqa: BLE001  (a CUDA mismatch raises OSError or RuntimeError as often)
                 problems[module] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
         return problems
-    import json
-    import subprocess
-    import sys
-
-    try:
-        child = subprocess.run([sys.executable, "-c", _IMPORT_EACH, *modules], capture_output=True, text=True,
-                               timeout=IMPORT_CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    answer = _child_json(_IMPORT_EACH, modules, IMPORT_CHECK_TIMEOUT_S)
+    if "timeout" in answer:
         return {m: f"importing it took over {IMPORT_CHECK_TIMEOUT_S} s" for m in modules}
-    for line in child.stdout.splitlines():
-        if line.startswith(_IMPORTS_MARK):
-            return json.loads(line[len(_IMPORTS_MARK):])
-    last = (child.stderr.strip().splitlines() or ["no output"])[-1][:200]
-    return {m: f"the interpreter died importing them (exit {child.returncode}: {last})" for m in modules}
+    if "died" in answer:
+        return {m: f"the interpreter died importing them ({answer['died']})" for m in modules}
+    return answer
 
 
 def installed_version(package: str) -> str | None:

@@ -85,23 +85,20 @@ def test_a_key_a_netrc_entry_or_an_offline_mode_lets_it_start(no_wandb_login, mo
     assert finding.level == "stop" and "`offlne` is not a wandb mode" in finding.text
 
 
-def test_a_wandb_without_the_login_readers_is_read_as_the_stdlib_reads_netrc(no_wandb_login, monkeypatch):
-    """wandb's internal login readers (wbauth) are not in every release pyproject allows: without them the check
-    reads the environment and the netrc entry itself, and never turns into an ImportError at a run's start."""
+def test_the_wandb_check_uses_wandb_login_only_and_leaves_this_process_untouched(no_wandb_login, monkeypatch):
+    """wandb.login(verify=False, prompt=False), wandb's public API, answers in a child interpreter: this process
+    neither imports wandb's private readers nor builds wandb's process-wide settings (wandb.init reads them after the
+    run has set WANDB_MODE and WANDB_DIR)."""
     import sys
 
-    from rlhf_recipes.preflight import wandb_api_key_source
-
-    import wandb.sdk.lib
-
-    monkeypatch.setitem(sys.modules, "wandb.sdk.lib.wbauth", None)  # importing it raises ImportError...
-    monkeypatch.delattr(wandb.sdk.lib, "wbauth", raising=False)  # ...also where an earlier test imported it
-    assert wandb_api_key_source() == (None, None)
-    (no_wandb_login / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
-    (no_wandb_login / ".netrc").chmod(0o600)
-    assert wandb_api_key_source() == ("netrc entry for api.wandb.ai", None)
+    monkeypatch.setitem(sys.modules, "wandb.sdk.lib.wbauth", None)  # importing it here raises ImportError
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
-    assert wandb_api_key_source() == ("WANDB_API_KEY", None)
+    assert preflight.wandb_login() == ("WANDB_API_KEY", None)
+    monkeypatch.setenv("WANDB_API_KEY", "too-short")
+    source, problem = preflight.wandb_login()
+    assert source is None and "AuthenticationError" in problem and "40" in problem, problem
+    wandb_setup = sys.modules.get("wandb.sdk.wandb_setup")
+    assert wandb_setup is None or getattr(wandb_setup, "_singleton", None) is None
 
 
 def test_runs_land_in_the_rlhf_recipes_project_unless_told_otherwise(no_wandb_login, monkeypatch):
