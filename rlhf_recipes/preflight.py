@@ -148,7 +148,7 @@ def _child_json(code: str, args: list[str], timeout: float, env: dict[str, str] 
 
     try:
         child = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL, env=env)
+                               stdin=subprocess.DEVNULL, env=env, check=False)
     except subprocess.TimeoutExpired:
         return {"timeout": True}
     for line in child.stdout.splitlines():
@@ -229,7 +229,7 @@ def extras_findings(recipe, deepspeed: bool | None = None, in_child: bool = Fals
             installed[package] = (where, version)
     problems = import_problems([package.replace("-", "_") for package in installed], in_child)
     for package, (where, version) in installed.items():
-        extra, trl_extra = EXTRAS[package]
+        trl_extra = EXTRAS[package][1]
         problem = problems.get(package.replace("-", "_"))
         wanted = trl_range(trl_extra) if trl_extra else None
         if problem is not None:

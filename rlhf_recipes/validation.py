@@ -221,6 +221,18 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
 
 
+def hub_offline(datasets: bool = False) -> bool:
+    """The hub is switched off: HF_HUB_OFFLINE (or, for datasets, HF_DATASETS_OFFLINE), read when asked (the
+    huggingface_hub constant is read once, at its import)."""
+    return _env_flag("HF_HUB_OFFLINE") or (datasets and _env_flag("HF_DATASETS_OFFLINE"))
+
+
+def hub_online(datasets: bool = False) -> bool:
+    """Whether to ask the hub: not switched off and reachable (every "is the hub there" of the runner and its tools
+    is this one)."""
+    return not hub_offline(datasets) and hub_reachable()
+
+
 def hub_reachable(timeout: float = 2.0) -> bool:
     """One TCP connection to the hub, not a minute of retries."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
@@ -233,8 +245,8 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 def check_hub_model(name: str, flag: str) -> None:
     """A hub id: fine online; offline (or unreachable) it must already be in the local cache."""
-    offline = _env_flag("HF_HUB_OFFLINE")
-    if not offline and hub_reachable():
+    offline = hub_offline()
+    if hub_online():
         return
     from huggingface_hub import try_to_load_from_cache
 
@@ -249,8 +261,8 @@ def check_hub_model(name: str, flag: str) -> None:
 
 def check_hub_dataset(hub_id: str, flag: str) -> None:
     """A hub dataset: fine online; offline (or unreachable) it must already be in the local hub cache."""
-    offline = _env_flag("HF_DATASETS_OFFLINE") or _env_flag("HF_HUB_OFFLINE")
-    if not offline and hub_reachable():
+    offline = hub_offline(datasets=True)
+    if hub_online(datasets=True):
         return
     from huggingface_hub.constants import HF_HUB_CACHE
 

@@ -350,7 +350,7 @@ def test_a_run_whose_extra_does_not_import_stops_in_one_line_before_loading(tmp_
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(broken), os.environ.get("PYTHONPATH")]))}
     run = subprocess.run([sys.executable, str(RECIPES / "run.py"), str(RECIPES / "dpo.yaml"), "--profile", "tiny",
                           "--load_in_4bit", "true", "--use_peft", "true", "--report_to", "none", "--output_dir",
-                          str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300)
+                          str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300, check=False)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert err[-1].startswith("error: command line: `load_in_4bit`: needs the package `bitsandbytes`"), err[-1]
@@ -556,5 +556,5 @@ def test_preflight_and_plan_take_the_accelerate_config_by_the_same_names(capsys,
     """`plan --config` vs `preflight --config_file`: both take --config_file (accelerate launch's name) and --config."""
     config = str(ROOT / "accelerate_configs" / "4gpu.yaml")
     for flag in ("--config_file", "--config"):
-        code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), flag, config, "--report_to", "none")
+        _, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), flag, config, "--report_to", "none")
         assert any(line.startswith("stop gpus") and "wants 4 GPU(s)" in line for line in lines), (flag, lines)

@@ -13,7 +13,6 @@ HF_HUB_OFFLINE / HF_DATASETS_OFFLINE set, reads the cached copy and needs no net
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -41,8 +40,9 @@ def jsonl_rows(hub_id: str, filenames: tuple[str, ...]) -> Iterator[tuple[str, d
     """("<file> line N", row) for every line of each file in turn (1-based lines). `hub_id` may also be a local
     folder laid out as the repo. A file the repo does not have is skipped (a split may exist in one phase only);
     none of them, or one not cached while offline, is a DataError naming the files."""
-    offline = any(os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
-                  for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    from rlhf_recipes.validation import hub_offline
+
+    offline = hub_offline(datasets=True)
     found = False
     local = Path(hub_id)  # a copy of the repo on disk (hf download ... --local-dir), as datasets takes
     for name in filenames:

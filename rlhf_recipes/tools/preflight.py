@@ -87,7 +87,7 @@ def run_checks(argv: list[str], config_file: str | None) -> list[Finding]:
 
 def _checks(argv: list[str], launch) -> Iterator[Finding]:
     from rlhf_recipes.tools.planner.plan import load_for_planning
-    from rlhf_recipes.validation import _env_flag, hub_reachable
+    from rlhf_recipes.validation import hub_online
 
     try:
         recipe, bf16 = load_for_planning(argv, launch.processes)
@@ -103,7 +103,7 @@ def _checks(argv: list[str], launch) -> Iterator[Finding]:
     if wandb is not None:
         yield wandb
     yield from checked("output", lambda: _output_dir(recipe))
-    online = not _env_flag("HF_HUB_OFFLINE") and hub_reachable()
+    online = hub_online()
     yield from checked("model", lambda: model_finding(recipe, online))
     yield from checked("data", lambda: data_finding(recipe, online))
     yield from checked("rewards", lambda: _rewards(recipe))

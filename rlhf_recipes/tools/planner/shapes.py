@@ -149,12 +149,11 @@ def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any],
     else:
         try:
             from huggingface_hub import hf_hub_download
-            from huggingface_hub.constants import HF_HUB_OFFLINE
 
-            from rlhf_recipes.validation import hub_reachable
+            from rlhf_recipes.validation import hub_online
 
             # Offline or unreachable: the local cache only, at once (not a minute of download retries).
-            cache_only = HF_HUB_OFFLINE or not hub_reachable()
+            cache_only = not hub_online()
             file = hf_hub_download(name, "config.json", revision=revision, local_files_only=cache_only)
         except Exception as e:  # offline, unknown id, gated repo
             raise ShapeError(
