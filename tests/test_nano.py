@@ -130,23 +130,49 @@ def test_torch_threads_sets_the_runs_cpu_threads_and_the_shipped_nano_runs_name_
         torch.set_num_threads(1)  # this test process's own count (conftest)
 
 
-def test_sampled_rollouts_are_cached_per_torch_thread_count():
-    """Pairs and rollouts sampled with another thread count differ in their last bits, so in some completions: a
-    run with 1 thread (a shipped nano config) never reuses rows another count sampled."""
+def test_sampled_rollouts_are_the_same_whatever_the_threads_and_wherever_the_checkout(tmp_path, monkeypatch):
+    """The rollout cache was keyed on torch's thread count and the model folder's path and mtime, so a plain
+    `train --profile nano` (every core), a sweep worker (1 thread) and another checkout each re-sampled 3,000 prompts
+    x 8 and trained on their own pairs. The rows are sampled on one thread (the shipped runs' count), the caller's
+    count restored, and keyed on the weights' bytes: the same recipe gives the same data on one machine."""
+    import os
+    import shutil
+
     import torch
 
     from rlhf_recipes.config import load_recipe
-    from rlhf_recipes.data.sampled_rollouts import cache_key
+    from rlhf_recipes.data import sampled_rollouts
+    from rlhf_recipes.tiny import tiny_model_path
 
     recipe = load_recipe([str(RECIPES / "dpo.yaml"), "--profile", "nano"], construct=False)
+    here, there = tmp_path / "checkout-a" / "base", tmp_path / "checkout-b" / "base"
+    shutil.copytree(tiny_model_path(), here)
+    shutil.copytree(tiny_model_path(), there)
+    os.utime(there / "model.safetensors", (0, 0))  # another checkout's file times
+    key = lambda model: sampled_rollouts.cache_key(recipe, str(model), size=8, seed=0, n=2,  # noqa: E731
+                                                   max_new_tokens=4, sampling={})
+    threads_while_sampling = []
+
+    def fake_generate(model_path, chats, n, **kwargs):
+        threads_while_sampling.append(torch.get_num_threads())
+        return [[{"text": "<answer>1</answer>", "truncated": False}] * n for _ in chats]
+
+    monkeypatch.setattr(sampled_rollouts, "generate_from", fake_generate)
     keys = []
     try:
-        for threads in (1, 2, 1):
+        for threads in (1, 2):
             torch.set_num_threads(threads)
-            keys.append(cache_key(recipe, str(RECIPES), size=8, seed=0, n=2, max_new_tokens=4, sampling={}))
+            keys += [key(here), key(there)]
+            sampled_rollouts._sample(recipe, str(here), size=2, seed=0, n=2, max_new_tokens=4, sampling={},
+                                     batch_size=2, dataset_kwargs=None)
+            assert torch.get_num_threads() == threads  # the caller's count, restored
     finally:
-        torch.set_num_threads(1)
-    assert keys[0] == keys[2] != keys[1]
+        torch.set_num_threads(1)  # this test process's own count (conftest)
+    assert len(set(keys)) == 1 and threads_while_sampling == [1, 1]
+    with open(there / "model.safetensors", "r+b") as f:  # other weights: other rows
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x01\x02\x03")
+    assert key(there) != keys[0]
 
 
 def test_nano_book_and_nano_figures_reuse_the_shipped_runs():

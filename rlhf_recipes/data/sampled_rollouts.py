@@ -11,11 +11,13 @@ scores each with rewards.reasoning_tasks.score_completion (reasoning-gym's score
 the book's correctness reward). One row per prompt: the build_rows columns + `completions` (str) + `scores`
 (float in [0, 1]) + `truncated` (bool).
 
-Sampling costs minutes on a CPU, so the rows are cached under the cache root (tiny.cache_root), keyed by
-everything that decides them (the model folder's weights file fingerprint, the task spec, size, seed, n,
-sampling settings, and torch's CPU thread count, which changes the sampled completions' last bits and so, over
-thousands of draws, some completions: a run with the recipe's `torch_threads` never reuses another count's rows);
-a file lock makes concurrent callers wait for one sampling run.
+The sampling runs on one torch thread whatever the run's count (restored afterwards): a CPU's thread count
+changes the arithmetic's last bits, and over thousands of draws some completions, so the same recipe trained with
+4 threads, or by a sweep worker with 1, would otherwise get other pairs; one is the count the shipped nano runs
+sampled with (docs/nano.md). Sampling costs minutes on a CPU, so the rows are cached under the cache root
+(tiny.cache_root), keyed by what decides them only: the weights' bytes (a checksum: not the folder's path or
+mtime, so another checkout or a rebuilt identical base reuses them), the task spec, size, seed, n and the sampling
+settings; a file lock makes concurrent callers wait for one sampling run.
 """
 
 from __future__ import annotations
@@ -25,19 +27,36 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 _VERSION = 1  # bump when what is sampled or scored below changes, to invalidate caches
+SAMPLING_THREADS = 1  # torch's CPU threads while sampling: the shipped nano runs' count (docs/nano.md)
 
 
 def _model_fingerprint(model_path: str) -> str:
-    """Size and mtime of the weights files: a retrained base gets new rows."""
+    """The weights files' names and checksums: a retrained base gets new rows, a copy of the same one does not."""
+    from rlhf_recipes.checkpoints import file_checksum
+
     folder = Path(model_path)
-    files = sorted(p for p in folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
-    return json.dumps([[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in files]) or str(folder)
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    return json.dumps([[p.name, file_checksum(p)] for p in files]) if files else str(folder.resolve())
+
+
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op CPU threads set to `count` inside, the caller's count restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _template_kwargs(recipe) -> dict | None:
@@ -46,11 +65,10 @@ def _template_kwargs(recipe) -> dict | None:
 
 def cache_key(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_tokens: int,
               sampling: dict[str, Any], dataset_kwargs: dict[str, Any] | None = None) -> str:
-    import torch
-
-    blob = json.dumps([_VERSION, str(Path(model_path).resolve()), _model_fingerprint(model_path),
-                       recipe.args.dataset_kwargs if dataset_kwargs is None else dataset_kwargs, recipe.args.system_prompt, size, seed, n, max_new_tokens,
-                       sampling, _template_kwargs(recipe), torch.get_num_threads()], sort_keys=True, default=str)
+    blob = json.dumps([_VERSION, _model_fingerprint(model_path),
+                       recipe.args.dataset_kwargs if dataset_kwargs is None else dataset_kwargs,
+                       recipe.args.system_prompt, size, seed, n, max_new_tokens, sampling, _template_kwargs(recipe)],
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -73,9 +91,10 @@ def _sample(recipe, model_path: str, *, size: int, seed: int, n: int, max_new_to
     from rlhf_recipes.data.reasoning_gym import build_rows
 
     rows = build_rows(recipe, size, seed, dataset_kwargs).to_list()
-    groups = generate_from(model_path, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
-                           max_new_tokens=max_new_tokens, chat_template_kwargs=_template_kwargs(recipe),
-                           desc=f"sample {n} rollouts per prompt", seed=seed, **sampling)
+    with torch_threads(SAMPLING_THREADS):  # the same rows whatever the run's thread count (module docstring)
+        groups = generate_from(model_path, [r["prompt"] for r in rows], n=n, batch_size=batch_size,
+                               max_new_tokens=max_new_tokens, chat_template_kwargs=_template_kwargs(recipe),
+                               desc=f"sample {n} rollouts per prompt", seed=seed, **sampling)
     out = []
     for row, group in zip(rows, groups):
         texts = [g["text"] for g in group]
