@@ -712,3 +712,29 @@ def test_dpo_norms_rewards_are_aligned_with_the_books():
     assert set(rewards) == {"rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected"}
     assert all(m.scale == 1.0 for m in rewards.values())
     assert "loss" in {m.ours for m in book_reference("dpo_norm").metrics}
+
+
+def test_reference_nano_draws_the_seeds_as_one_smoothed_band_and_names_the_periodic_evaluation(tmp_path,
+                                                                                                 monkeypatch):
+    """The recorded seeds were three raw, noisy coloured lines that hid the user's run, and eval/* (the periodic
+    evaluation on eval_problems problems) read like the held-out 200: the seeds are one grey mean in their min-max
+    band, every curve smoothed alike (said in each title and the legend), and eval/* rows and panels say what they
+    are."""
+    from rlhf_recipes.tools.compare import report
+
+    drawn = {}
+    monkeypatch.setattr(report, "draw", lambda panels, path, title: drawn.update(panels=panels, title=title))
+    run = _nano_run_copy(tmp_path, "grpo", reward_shift=0.05)
+    result = report.compare_with_nano_runs([run], out_dir=tmp_path / "cmp")
+    assert drawn["title"] == "grpo-nano vs project nano runs: grpo, 3 seed(s)"
+    reward = next(p for p in drawn["panels"] if p.title.startswith("reward "))
+    seeds, mine = reward.lines
+    assert seeds.reference and seeds.label.startswith("project nano runs: grpo, 3 seed(s): their mean (line) and "
+                                                      "min-max (band), smoothed")
+    assert "[smoothed:" in reward.title and mine.raw is not None and seeds.low is not None
+    assert np.all(seeds.low <= seeds.values + 1e-12) and np.all(seeds.values <= seeds.high + 1e-12)
+    assert np.ptp(np.diff(mine.values)) < np.ptp(np.diff(mine.raw))  # smoothed: smaller step-to-step jumps
+    periodic = next(p for p in drawn["panels"] if p.title.startswith("eval/exact_match"))
+    assert periodic.title == "eval/exact_match (periodic, 100 problems)" and periodic.lines[1].raw is None
+    names = [row[0] for row in result.rows]
+    assert "eval/exact_match (periodic, 100 problems)" in names and "heldout: exact_match (200 problems)" in names

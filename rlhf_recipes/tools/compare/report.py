@@ -7,7 +7,10 @@
   recipe in miniature on a CPU, so its natural reference is ours: reference_runs/nano/<algorithm>/ (recorded by
   `rlhf-recipes nano-book --seeds N`: one folder per training seed, <algorithm>/seed-<s>/; a folder recorded with
   one seed holds the run itself), shipped without weights, labelled as this project's runs, and compared as local
-  runs, offline: every recorded seed is drawn, so the seeds' spread is on the figure beside your run.
+  runs, offline: the figure draws the seeds as one grey curve, their mean, in their min-max band, every curve
+  smoothed alike (a rolling mean over 5% of its points; the periodic eval/* as logged), so the seeds' spread is in
+  view beside your run; the table keeps each seed's numbers. eval/* rows and panels (the periodic evaluation on
+  the first eval_problems problems) say so apart from the held-out rows (evaluate's, on its 200).
 All write into `out_dir`: compare.png, compare.txt (table + notes), compare.json (numbers).
 """
 
@@ -26,7 +29,7 @@ from rlhf_recipes.registry import FAMILIES, canonical_name
 from rlhf_recipes.run_folder import has_metrics
 from rlhf_recipes.tools.compare.family_logs import compare_metrics
 from rlhf_recipes.tools.compare.load import (
-    NANO_PROFILE, CompareError, LocalRun, load_reference_csvs, load_runs, run_algorithm, run_profile,
+    NANO_PROFILE, CompareError, LocalRun, _config_value, load_reference_csvs, load_runs, run_algorithm, run_profile,
 )
 from rlhf_recipes.tools.compare.references import (
     SPECS, AlignedMetric, AlignedReference, ReferenceSpec, align_reference, cached_or_fetched, expand_metric_patterns,
@@ -187,13 +190,26 @@ def heldout_rows(runs: list[LocalRun]) -> list[list[str]]:
             if isinstance(bound.get("low"), (int, float)) and isinstance(bound.get("high"), (int, float)):
                 cell += f" [{number(bound['low'])}, {number(bound['high'])}]"
             cells.append(cell)
-        rows.append([f"{name}: {metric}", *cells])
+        counts = sorted({n for run in runs if (n := ((run.heldout.get(name) or {}).get("data") or {}).get("problems"))})
+        rows.append([f"{name}: {metric}" + (f" ({'/'.join(map(str, counts))} problems)" if counts else ""), *cells])
     return rows
+
+
+def periodic_label(metric: str, runs: list[LocalRun]) -> str:
+    """eval/<metric> is the periodic evaluation during training (eval_every, on the first eval_problems held-out
+    problems), not the held-out evaluation after it: its row and panel say so, with the problem count."""
+    if not metric.startswith("eval/"):
+        return metric
+    counts = sorted({n for run in runs if (n := _config_value(run.path, "eval_problems"))}, key=int)
+    return f"{metric} (periodic, {'/'.join(counts) or '?'} problems)"
 
 
 def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metrics: list[str] | None = None,
                        fraction: float = WINDOW_FRACTION, labels: list[str | None] | None = None,
-                       notes: list[str] | None = None) -> CompareReport:
+                       notes: list[str] | None = None, seeds: tuple[int, str, str] | None = None) -> CompareReport:
+    """`seeds` (count, legend label, name in the title): the last `count` runs are seeds of one reference, drawn as
+    one grey curve (their mean) in their min-max band, every curve of the figure smoothed alike (the table keeps
+    each seed's numbers)."""
     runs = load_runs(run_dirs, labels)
     columns: list[str] = []
     for run in runs:
@@ -204,23 +220,32 @@ def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metric
                            f"these runs; they log: {', '.join(columns)}. Choose with --metrics.")
 
     panels, means = [], {}
+    own, group = (runs[:-seeds[0]], runs[-seeds[0]:]) if seeds else (runs, [])
     for metric in selected:
-        panel = Panel(title=metric, lines=[])
+        panel = Panel(title=periodic_label(metric, runs), lines=[])
         for run in runs:
             steps, values = run.series(metric)
             if len(steps):
-                panel.lines.append(Line(run.label, steps, values))
                 means[(metric, run.label)] = final_mean(steps, values, fraction)[0]
+                if run in own:
+                    panel.lines.append(Line(run.label, steps, values))
+        if group:
+            panel.lines = [*seed_band(seeds[1], [r.series(metric) for r in group]), *panel.lines]
+            window = smoothing_window(max((len(line.steps) for line in panel.lines), default=0))
+            for line in panel.lines:
+                line.smooth(window)
+            panel.title += f"  [smoothed: {window} points]" if window > 1 else ""
         panels.append(panel)
 
     labels = [r.label for r in runs]
-    rows = [[m, *(number(means.get((m, r), float("nan"))) for r in labels)] for m in selected]
+    title = " vs ".join([r.label for r in own] + ([seeds[2]] if seeds else []))
+    rows = [[periodic_label(m, runs), *(number(means.get((m, r), float("nan"))) for r in labels)] for m in selected]
     notes = [*(notes or []), f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
     if any(r.heldout for r in runs):
         notes.append("rows `<name>: <metric>`: the run's held-out evaluation named <name> (rlhf-recipes evaluate's "
                      "--name, else its split; in RUN_DIR/eval/) with its 95% interval")
     summary = {"mode": "local", "final_means": {m: {r: means.get((m, r)) for r in labels} for m in selected}}
-    return _write(CompareReport(" vs ".join(labels), ["metric", *labels], rows + heldout_rows(runs), notes,
+    return _write(CompareReport(title, ["metric", *labels], rows + heldout_rows(runs), notes,
                                 local_means=means), runs, out_dir, summary, fraction, panels)
 
 
@@ -265,8 +290,13 @@ def compare_with_nano_runs(run_dirs: list[Path], out_dir: Path | None = None, me
               f"from the reference's, so the curves are not like for like"
               for run_dir in run_dirs if (profile := run_profile(run_dir)) != NANO_PROFILE]
     labels = [None] * len(run_dirs) + [LABEL_PREFIX + r.relative_to(root).as_posix() for r in references]
+    algorithms = ", ".join(dict.fromkeys(r.relative_to(root).parts[0] for r in references))
+    name = f"project nano runs: {algorithms}, {len(references)} seed(s)"
+    band = f"{name}: their mean (line) and min-max (band), smoothed as your run"
+    notes.append(f"figure: {band}; each panel's title gives the rolling mean's width in logged points (none for "
+                 "the periodic eval/*, which has few); the table keeps each seed's own numbers")
     return compare_local_runs([*run_dirs, *references], out_dir=out_dir, metrics=metrics, fraction=fraction,
-                              labels=labels, notes=notes)
+                              labels=labels, notes=notes, seeds=(len(references), band, name))
 
 
 # --- the figure: one panel per metric, runs in colour, the book's reference in grey ------------------------
@@ -276,12 +306,50 @@ MAX_COLUMNS = 3
 FEW_POINTS = 30  # below this many points, draw markers so short runs stay visible
 
 
+SMOOTH_FRACTION = 0.05  # the seeds' figure: a centred rolling mean over 5% of a curve's logged points...
+SMOOTH_FROM = 60  # ...on curves of at least this many points (the periodic eval/*, ~8 points, is drawn as logged)
+
+
 @dataclass
 class Line:
     label: str
     steps: np.ndarray
     values: np.ndarray
     reference: bool = False
+    low: np.ndarray | None = None  # a band drawn around the line (the seeds' min and max), same steps
+    high: np.ndarray | None = None
+    raw: np.ndarray | None = None  # the values before smoothing, drawn faint beneath
+
+    def smooth(self, window: int) -> None:
+        """A centred rolling mean over `window` points, of the line and its band; the raw values kept."""
+        if window <= 1:
+            return
+        self.raw = self.values
+        self.values, self.low, self.high = (rolling_mean(v, window) if v is not None else None
+                                            for v in (self.values, self.low, self.high))
+
+
+def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
+    import pandas as pd
+
+    return pd.Series(values).rolling(window, center=True, min_periods=1).mean().to_numpy()
+
+
+def smoothing_window(points: int) -> int:
+    return max(1, round(points * SMOOTH_FRACTION)) if points >= SMOOTH_FROM else 1
+
+
+def seed_band(label: str, series: list[tuple[np.ndarray, np.ndarray]]) -> list[Line]:
+    """The seeds' curves as one: their mean and min-max at the steps every seed logged (none when one lacks the
+    metric)."""
+    if not series or any(len(steps) == 0 for steps, _ in series):
+        return []
+    common = series[0][0]
+    for steps, _ in series[1:]:
+        common = np.intersect1d(common, steps)
+    stacked = np.stack([values[np.isin(steps, common)] for steps, values in series])
+    return [Line(label, common, stacked.mean(axis=0), reference=True, low=stacked.min(axis=0),
+                 high=stacked.max(axis=0))]
 
 
 @dataclass
@@ -308,6 +376,11 @@ def _draw_panel(ax, panel: Panel, colors: dict[str, str]) -> None:
     for line in panel.lines:
         style = {"lw": 0.9, "alpha": 0.7, "zorder": 1} if line.reference else {"lw": 1.5, "zorder": 2}
         marker = "o" if len(line.steps) < FEW_POINTS else None
+        if line.low is not None:
+            ax.fill_between(line.steps, line.low, line.high, color=colors[line.label], alpha=0.2, lw=0, zorder=0)
+            style = {"lw": 1.2, "alpha": 0.9, "zorder": 1}
+        if line.raw is not None and line.low is None:  # a run's own noise, faint under its smoothed curve
+            ax.plot(line.steps, line.raw, color=colors[line.label], lw=0.6, alpha=0.25, zorder=1)
         ax.plot(line.steps, line.values, color=colors[line.label], marker=marker, ms=3, label=line.label, **style)
     # Several runs compared over the same window share one band: draw it once.
     for start, end, center, half in dict.fromkeys(panel.bands):
@@ -338,7 +411,11 @@ def draw(panels: list[Panel], path: Path, title: str) -> Path:
     wrapped = textwrap.fill(title, width=int(13 * 5.0 * ncols), break_on_hyphens=False)
     fig.suptitle(wrapped, y=1 - 0.1 / height, fontsize=11)
     reference = {line.label for panel in panels for line in panel.lines if line.reference}
-    handles = [Line2D([], [], color=c, lw=0.9 if label in reference else 1.5, label=label)
+    from matplotlib.patches import Patch
+
+    banded = {line.label for panel in panels for line in panel.lines if line.low is not None}
+    handles = [(Patch(facecolor=c, alpha=0.35, edgecolor=c, label=label) if label in banded else
+                Line2D([], [], color=c, lw=0.9 if label in reference else 1.5, label=label))
                for label, c in colors.items()]
     fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)),
                bbox_to_anchor=(0.5, 1 - 0.45 / height), frameon=False)
