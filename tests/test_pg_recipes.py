@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import rewards
-from conftest import losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
+from conftest import RECIPES, losses_after, low_token_fraction, read_metrics, resume_copy, run_recipe
 
 
 def rollouts(out: Path) -> list[dict]:
@@ -312,3 +312,24 @@ def test_resume_inside_a_rollout_batch_is_exact(tmp_path, recipe, extra, at, ste
     assert any(abs(reference[step]) > 1e-3 for step in after), reference
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], rel=1e-6, abs=1e-7), step
+
+
+def test_every_policy_gradient_recipe_on_tiny_has_a_rollout_batch_of_training_prompts():
+    """hh_ppo on the tiny profile held 14 training prompts (16, 10% held out) against a rollout batch of 16 prompts
+    x 1: 0 optimizer steps, on one process or two (`accelerate launch --config_file accelerate_configs/cpu/
+    ddp_2proc.yaml ... hh_ppo.yaml --profile tiny`, refused since as 0 steps). Each recipe's tiny training split
+    holds at least one rollout batch's prompts."""
+    from rlhf_recipes.config import load_recipe
+    from rlhf_recipes.data import load_splits
+    from rlhf_recipes.registry import family_of
+
+    checked = []
+    for path in sorted(RECIPES.glob("*.yaml")):
+        recipe = load_recipe([str(path), "--profile", "tiny"], construct=False)
+        if family_of(recipe.algorithm).name != "policy_gradient":
+            continue
+        prompts = recipe.value("generation_batch_size") // recipe.value("num_generations")
+        train = load_splits(load_recipe([str(path), "--profile", "tiny"]))[0]
+        assert len(train) >= prompts, (path.name, len(train), prompts)
+        checked.append(path.stem)
+    assert "hh_ppo" in checked and "grpo" in checked
