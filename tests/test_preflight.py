@@ -558,3 +558,14 @@ def test_preflight_and_plan_take_the_accelerate_config_by_the_same_names(capsys,
     for flag in ("--config_file", "--config"):
         _, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), flag, config, "--report_to", "none")
         assert any(line.startswith("stop gpus") and "wants 4 GPU(s)" in line for line in lines), (flag, lines)
+
+
+def test_a_multi_process_tiny_launch_on_a_cpu_machine_is_read_without_starting_a_process_group(capsys, no_gpu):
+    """preflight set WORLD_SIZE while reading the recipe, so a CPU profile's TrainingArguments (gloo, use_cpu) tried to
+    start a process group: `stop recipe ... MASTER_ADDR env was not set` for every multi-process tiny launch, which
+    trains (`accelerate launch --config_file accelerate_configs/cpu/ddp_2proc.yaml ... --profile tiny`)."""
+    config = str(ROOT / "accelerate_configs" / "cpu" / "ddp_2proc.yaml")
+    code, lines = _preflight(capsys, str(RECIPES / "dpo.yaml"), "--profile", "tiny", "--config_file", config,
+                             "--per_device_train_batch_size", "1", "--report_to", "none")
+    assert code == 0 and lines[0].startswith("ok   recipe"), lines
+    assert lines[1].startswith("ok   gpus") and "2 processes (gloo)" in lines[1], lines

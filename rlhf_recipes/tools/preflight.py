@@ -66,9 +66,11 @@ def run_checks(argv: list[str], config_file: str | None) -> list[Finding]:
         launch = read_launch(config_file)
     except (OSError, ValueError) as e:
         return [Finding(STOP, "launch", f"--config_file {config_file}: {e}")]
-    # The environment accelerate gives each process of this launch, while the recipe is read and checked (the world
-    # size decides gradient accumulation; DeepSpeed changes what some configs accept); restored afterwards.
-    env = {"WORLD_SIZE": str(launch.processes)}
+    # The environment accelerate gives each process of this launch, while the recipe is read and checked (DeepSpeed
+    # changes what some configs accept); restored afterwards. Not WORLD_SIZE: the world size reaches the recipe as
+    # an argument (it decides gradient accumulation), and with it set, a CPU profile's TrainingArguments (gloo,
+    # use_cpu) would start a process group: "MASTER_ADDR env was not set" for every multi-process tiny launch.
+    env = {}
     if launch.distributed == "DEEPSPEED":  # what custom_losses' configs and rewards/zero3.py read
         env.update(ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE=str(launch.zero_stage))
     if launch.cpu:
@@ -146,8 +148,10 @@ def gpu_findings(recipe, launch) -> Iterator[Finding]:
     driver = driver_finding(torch)
     if driver is not None:
         yield driver
-    if wanted == 0:
-        yield Finding(OK, "gpus", f"profile {recipe.args.profile}: runs on the CPU, no GPU needed")
+    if wanted == 0 or (seen == 0 and not core.is_real_run(recipe)):  # a CPU profile's launch falls back to gloo
+        yield Finding(OK, "gpus", f"profile {recipe.args.profile}: runs on the CPU"
+                                  + (f" in {launch.processes} processes (gloo)" if launch.processes > 1 else "")
+                                  + ", no GPU needed")
         return
     asked = (f"{launch.source} wants {wanted} GPU(s) on this machine (num_processes {launch.processes}"
              + (f" over {launch.machines} machines" if launch.machines > 1 else "") + ")"
