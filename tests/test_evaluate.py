@@ -235,7 +235,8 @@ def test_compare_lists_heldout_results(runs, tmp_path):
         assert evaluate(run, "--num_problems", "4") == 0
     report = compare_local_runs([run], out_dir=tmp_path)
     names = [row[0] for row in report.rows]
-    assert "heldout: exact_match" in names and "eval/exact_match" in names
+    # the held-out evaluation and the periodic one during training (eval_problems 4), each with its problem count
+    assert "heldout: exact_match (4 problems)" in names and "eval/exact_match (periodic, 4 problems)" in names
     summary = json.loads((tmp_path / "compare.json").read_text())
     assert "exact_match" in summary["heldout"][run.name]["heldout"]["metrics"]
 
