@@ -149,7 +149,7 @@ def test_sampled_rollouts_are_the_same_whatever_the_threads_and_wherever_the_che
     shutil.copytree(tiny_model_path(), here)
     shutil.copytree(tiny_model_path(), there)
     os.utime(there / "model.safetensors", (0, 0))  # another checkout's file times
-    key = lambda model: sampled_rollouts.cache_key(recipe, str(model), size=8, seed=0, n=2,  # noqa: E731
+    key = lambda model: sampled_rollouts.cache_key(recipe, str(model), size=8, seed=0, n=2,
                                                    max_new_tokens=4, sampling={})
     threads_while_sampling = []
 
