@@ -328,7 +328,7 @@ def test_every_policy_gradient_recipe_on_tiny_has_a_rollout_batch_of_training_pr
         recipe = load_recipe([str(path), "--profile", "tiny"], construct=False)
         if family_of(recipe.algorithm).name != "policy_gradient":
             continue
-        prompts = recipe.value("generation_batch_size") // recipe.value("num_generations")
+        prompts = recipe.setting("generation_batch_size") // recipe.setting("num_generations")
         train = load_splits(load_recipe([str(path), "--profile", "tiny"]))[0]
         assert len(train) >= prompts, (path.name, len(train), prompts)
         checked.append(path.stem)
