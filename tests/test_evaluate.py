@@ -419,7 +419,7 @@ def test_implicit_reward_uses_the_runs_beta_even_when_it_is_zero():
         assert scores.per_problem["implicit_margin"] == [margin], beta
     # DPO-norm (the registry's averages_logprobs): the log-ratio per completion token, as its loss and logged rewards
     recipe = SimpleNamespace(algorithm=SimpleNamespace(reference_model=True, averages_logprobs=True),
-                             training=SimpleNamespace(), value={"beta": 0.5}.get)
+                             training=SimpleNamespace(), setting={"beta": 0.5}.get)
     scores = Fake(recipe, EvalOptions()).score("policy", None)
     assert scores.per_problem["implicit_margin"] == [0.5]  # 0.5 x ((-1 + 2) / 2 - (-3 + 2) / 2)
     assert "averaged over the completion's tokens" in scores.decoding["implicit_reward"]
