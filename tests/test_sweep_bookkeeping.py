@@ -163,6 +163,23 @@ def test_report_of_a_missing_sweep_folder_says_sweep_folder(tmp_path, capsys):
     assert "recipe" not in err.split("--report")[0] and "\n" not in err
 
 
+def test_report_of_a_kept_report_without_its_runs_leaves_it_as_it_is(tmp_path, capsys):
+    """A shipped sweep (reference_runs/sweeps/*: its sweep_spec.json and report, no run folders) redrawn with --report
+    was rewritten with empty cells ("0 seeds", metric None): now one line, and the report's files untouched."""
+    import shutil
+
+    from lab.sweep.cli import main
+
+    shipped = Path(__file__).resolve().parents[1] / "reference_runs" / "sweeps" / "dpo_norm-nano-beta"
+    kept = tmp_path / "kept"
+    shutil.copytree(shipped, kept)
+    before = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()}
+    assert main([str(kept), "--report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {kept}: none of the sweep's") and "left as it is" in err and "\n" not in err, err
+    assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == before
+
+
 # --- the executor's bookkeeping -------------------------------------------------------------------------------
 
 

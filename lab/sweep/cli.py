@@ -24,10 +24,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlhf_recipes.config import RecipeError, _suggest, read_yaml
 from lab.sweep import spec as sweep_spec
 from lab.sweep import state
 from lab.sweep.spec import SweepSpec
+from rlhf_recipes.config import RecipeError, _suggest, read_yaml
+from rlhf_recipes.run_folder import has_config
 from rlhf_recipes.tools.tool_flags import refuse_misspelt_tool_flags
 
 DEFAULT_ROOT = Path("outputs/sweeps")
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.report:
             recorded = state.load(sweep_dir) or spec
             recorded.metric = args.metric or recorded.metric  # --report --metric M: rank this report by M
+            if not any(has_config(sweep_dir / run.relpath) for run in recorded.runs()):
+                # a report kept without its runs (reference_runs/sweeps/*): redrawn, every cell would be empty
+                raise RecipeError(f"{sweep_dir}: none of the sweep's {len(recorded.runs())} runs is in this folder "
+                                  "(no <cell>/seed-<s>/config.yaml), so its report is left as it is; --report redraws "
+                                  "a sweep from its run folders")
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
             # a sweep folder's report into --out (the runs are read where they are), else into the folder
