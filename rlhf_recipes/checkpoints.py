@@ -66,13 +66,15 @@ def incomplete_reason(folder: str | Path) -> str | None:
     if not any(p.suffix == ".safetensors" or p.name.endswith("model.bin") or "global_step" in str(p) for p in weights):
         return "no weights file"
     for path in weights:
-        why = _does_not_open(path)
+        why = weights_file_problem(path)
         if why:
             return f"{path.relative_to(folder)} does not open ({why})"
     return None
 
 
-def _does_not_open(path: Path) -> str | None:
+def weights_file_problem(path: Path) -> str | None:
+    """Why a weights file does not open (its first line), or None: a safetensors header that is whole and whose
+    tensors fit the file, or a torch zip file with its central directory. Reads no tensor."""
     if path.suffix == ".safetensors":
         from safetensors import safe_open  # reads the header only; it refuses one whose tensors overrun the file
 

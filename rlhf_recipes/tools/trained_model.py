@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf_recipes.checkpoints import checkpoint_step, is_checkpoint_dir
+from rlhf_recipes.checkpoints import checkpoint_step, is_checkpoint_dir, weights_file_problem
 from rlhf_recipes.run_folder import CONFIG_FILE, RunFolderError, SavedRun
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -28,20 +28,16 @@ def check_weights_readable(folder: Path, flag: str) -> None:
     """Every safetensors file in a saved-model folder has a whole header and the bytes it promises (safetensors
     checks both on open, reading no tensor); a file cut short (a save killed mid-write, a full disk, a partial
     copy) is one line naming it instead of safetensors' traceback at load."""
-    from safetensors import SafetensorError, safe_open
-
     from rlhf_recipes.config import RecipeError
 
     for file in sorted(Path(folder).glob("*.safetensors")):
-        try:
-            with safe_open(str(file), framework="numpy"):
-                pass
-        except (SafetensorError, OSError) as e:
+        problem = weights_file_problem(file)
+        if problem is not None:
             run = file.parent.parent if is_checkpoint_dir(file.parent) else file.parent
             others = sorted((c for c in run.glob("checkpoint-*") if is_checkpoint_dir(c) and c != file.parent),
                             key=checkpoint_step)
             offer = f", or use another checkpoint ({others[-1]})" if others else ""
-            raise RecipeError(f"{flag}: {file} is cut short or corrupt ({str(e).splitlines()[0]}), {file.stat().st_size}"
+            raise RecipeError(f"{flag}: {file} is cut short or corrupt ({problem}), {file.stat().st_size}"
                               f" bytes: the save did not finish (a killed job, a full disk) or the copy is partial. "
                               f"Copy or save the model again{offer}") from None
 
