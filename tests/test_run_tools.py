@@ -379,6 +379,26 @@ def test_export_refuses_bad_inputs_in_one_line_and_offers_a_checkpoint(runs, tmp
     assert (tmp_path / "e" / "model.safetensors").exists() and (tmp_path / "e" / "README.md").exists()
 
 
+def test_export_and_chat_name_a_weights_file_cut_short_in_one_line(runs, tmp_path, capsys):
+    """As evaluate does: a finished run whose model.safetensors was cut short (a partial copy) was safetensors'
+    traceback at load in export and chat; now one line naming the file, before anything is written."""
+    import shutil
+
+    from rlhf_recipes.tools.export import main as export
+    from rlhf_recipes.tools.trained_model import open_trained_model
+
+    run = tmp_path / "copied"
+    shutil.copytree(runs / "finished", run, ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = run / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    assert export([str(run), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{weights} is cut short or corrupt" in err, err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="is cut short or corrupt"):  # chat opens its models the same way
+        open_trained_model(run, flag="MODEL")
+
+
 def test_a_reward_models_export_loads_as_its_token_classifier(runs, tmp_path):
     """With an evaluation whose fixed numbers have no interval (null low/high, as the shipped ORM's top-1 accuracy):
     the card once failed on them, after the model was written."""
