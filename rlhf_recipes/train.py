@@ -17,15 +17,8 @@ from rlhf_recipes.preflight import needed_packages
 from rlhf_recipes.quiet import explain_once, leave_out_unused, quiet_known_noise
 from rlhf_recipes.report import plot_curves
 from rlhf_recipes.run_folder import CONFIG_FILE, EXIT_INTERRUPTED, FINAL_RESULTS_FILE
-from rlhf_recipes.run_setup import (
-    Ending,
-    configure_reporting,
-    end_wandb_run,
-    is_main_process,
-    prepare_output_dir,
-    run_callbacks,
-    write_run_card,
-)
+from rlhf_recipes.run_setup import (Ending, configure_reporting, end_wandb_run, is_main_process, prepare_output_dir,
+                                    run_callbacks, write_run_card)
 from rlhf_recipes.show import recipe_help
 from rlhf_recipes.signals import signals_stop_the_start
 from rlhf_recipes.validation import check_inputs
