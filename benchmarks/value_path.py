@@ -45,7 +45,7 @@ def trace(key: str, run_argv: list[str], marker: float = MARKER) -> dict[str, di
     (file paths relative to the repository)."""
     import rlhf_recipes.config  # noqa: F401  (imports every module that reads YAML before we look)
     import rlhf_recipes.yaml_files as yaml_files
-    from rlhf_recipes.train import cli
+    from rlhf_recipes.train import main
 
     read_yaml = yaml_files.read_yaml
 
@@ -82,7 +82,7 @@ def trace(key: str, run_argv: list[str], marker: float = MARKER) -> dict[str, di
     argv, sys.argv = sys.argv, ["recipes/run.py", *run_argv]
     sys.setprofile(watch)
     try:
-        code = cli()
+        code = main(run_argv)  # not cli(): its own_process would leave wandb out of the caller's process for good
     finally:
         sys.setprofile(None)
         sys.argv = argv

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rewards.reward_model import RM_PREFIX
 from rewards.reward_model_files import full_model
 from rlhf_recipes.errors import RecipeError
+from rlhf_recipes.hub import hub_offline, hub_online
 from rlhf_recipes.model_checks import check_model_folder, check_model_settings
 
 # key -> (test, what is expected). Applied to the keys an algorithm's config has; None values are skipped.
@@ -215,32 +215,6 @@ def _json_problem(error: json.JSONDecodeError, line: str, number: int, source) -
 
 def looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).exists()
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
-
-
-def hub_offline(datasets: bool = False) -> bool:
-    """The hub is switched off: HF_HUB_OFFLINE (or, for datasets, HF_DATASETS_OFFLINE), read when asked (the
-    huggingface_hub constant is read once, at its import)."""
-    return _env_flag("HF_HUB_OFFLINE") or (datasets and _env_flag("HF_DATASETS_OFFLINE"))
-
-
-def hub_online(datasets: bool = False) -> bool:
-    """Whether to ask the hub: not switched off and reachable (every "is the hub there" of the runner and its tools
-    is this one)."""
-    return not hub_offline(datasets) and hub_reachable()
-
-
-def hub_reachable(timeout: float = 2.0) -> bool:
-    """One TCP connection to the hub, not a minute of retries."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
-    try:
-        socket.create_connection((endpoint, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 def check_hub_model(name: str, flag: str) -> None:

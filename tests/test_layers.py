@@ -48,7 +48,7 @@ def test_packages_import_only_the_floors_below(folder, above):
     (sorted(str(p.relative_to(REPO)) for p in (REPO / "rlhf_recipes/data").glob("*.py")),
      ("rlhf_recipes.evaluation", "rlhf_recipes.families", "rlhf_recipes.tools", "rlhf_recipes.train")),
     # The ground floor imports nothing of the project but the one-prefill-per-prompt sampler (next test).
-    (["rlhf_recipes/errors.py", "custom_losses/policy_gradient/shared_prefill.py"],
+    (["rlhf_recipes/errors.py", "rlhf_recipes/hub.py", "custom_losses/policy_gradient/shared_prefill.py"],
      ("rlhf_recipes", "custom_losses", "rewards")),
     (["rlhf_recipes/generation.py"], ("rlhf_recipes", "rewards")),
 ])

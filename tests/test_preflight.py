@@ -486,11 +486,11 @@ def test_preflight_online_names_a_gated_model_and_reads_the_datasets_first_row(c
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError
 
-    from rlhf_recipes import validation
+    from rlhf_recipes import hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.setattr(validation, "hub_reachable", lambda timeout=2.0: True)
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=2.0: True)
 
     def auth_check(self, repo_id, repo_type=None, **kwargs):
         if repo_type == "model":

@@ -40,7 +40,7 @@ def jsonl_rows(hub_id: str, filenames: tuple[str, ...]) -> Iterator[tuple[str, d
     """("<file> line N", row) for every line of each file in turn (1-based lines). `hub_id` may also be a local
     folder laid out as the repo. A file the repo does not have is skipped (a split may exist in one phase only);
     none of them, or one not cached while offline, is a DataError naming the files."""
-    from rlhf_recipes.validation import hub_offline
+    from rlhf_recipes.hub import hub_offline
 
     offline = hub_offline(datasets=True)
     found = False

@@ -88,8 +88,8 @@ def run_checks(argv: list[str], config_file: str | None) -> list[Finding]:
 
 
 def _checks(argv: list[str], launch) -> Iterator[Finding]:
+    from rlhf_recipes.hub import hub_online
     from rlhf_recipes.tools.planner.plan import load_for_planning
-    from rlhf_recipes.validation import hub_online
 
     try:
         recipe, bf16 = load_for_planning(argv, launch.processes)

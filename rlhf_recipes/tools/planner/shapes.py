@@ -150,7 +150,7 @@ def load_config(name: str, revision: str | None = None) -> tuple[dict[str, Any],
         try:
             from huggingface_hub import hf_hub_download
 
-            from rlhf_recipes.validation import hub_online
+            from rlhf_recipes.hub import hub_online
 
             # Offline or unreachable: the local cache only, at once (not a minute of download retries).
             cache_only = not hub_online()
