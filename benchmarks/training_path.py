@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     for folder in FOLDERS:
         mine = [f for f in union if f.startswith(folder + "/")]
         print(f"  {folder + '/':<15} {len(mine):>4} files {sum(map(lines, mine)):>7,} lines")
+        parts: dict[str, list[str]] = {}
+        for f in mine:  # by sub-folder, where the folder has them
+            parts.setdefault("/".join(f.split("/")[:2]) + "/" if f.count("/") > 1 else "(its own files)", []).append(f)
+        if len(parts) > 1:
+            for part, files in sorted(parts.items(), key=lambda kv: -sum(map(lines, kv[1]))):
+                print(f"    {part:<33} {len(files):>4} files {sum(map(lines, files)):>7,} lines")
     return 0
 
 
