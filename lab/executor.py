@@ -165,11 +165,10 @@ def _run_logged(command: list[str], log: Path, env: dict[str, str] | None,
 def run_one(job: Job, launcher: str | None = None, env: dict[str, str] | None = None,
             started: Callable[[subprocess.Popen | None], None] | None = None,
             stopping: Callable[[], bool] = lambda: False, overwrite: bool = False,
-            own_session: bool | None = None) -> Outcome:
+            own_session: bool = False) -> Outcome:
     """Carry one job to done (module docstring). Never raises for a run that fails: the Outcome says why.
-    `started(proc)` / `started(None)` as each process starts and ends; own_session (default: when `started` is
-    given, as the Executor's runs are) starts them in a session of their own."""
-    own_session = started is not None if own_session is None else own_session
+    `started(proc)` / `started(None)` as each process starts and ends; own_session (the Executor's runs) starts
+    them in a session of their own."""
     begin = time.perf_counter()
     step = next_step(job, overwrite)
     if step == "done":
@@ -300,7 +299,8 @@ class Executor:
                             proc.send_signal(signal.SIGTERM)
 
             try:
-                return run_one(job, self.launcher, self._env(slot, gpus), started, self._stop.is_set, self.overwrite)
+                return run_one(job, self.launcher, self._env(slot, gpus), started, self._stop.is_set, self.overwrite,
+                               own_session=True)
             except Exception as e:  # noqa: BLE001  (a folder we cannot read or write: this run fails, others go on)
                 return Outcome(job, "failed", "nothing", 0.0, f"{type(e).__name__}: {e}")
             finally:

@@ -40,9 +40,15 @@ def read_record(folder: str | Path) -> dict[str, Any] | None:
     """What RunRecord stored in the checkpoint's trainer_state.json ({"settings", "settings_changes", "files"}), or
     None where there is none (a checkpoint from before RunRecord, or none at all)."""
     try:
-        state = json.loads((Path(folder) / TRAINER_STATE).read_text())
+        return _record_in(json.loads((Path(folder) / TRAINER_STATE).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _record_in(state: Any) -> dict[str, Any] | None:
+    try:
         record = state["stateful_callbacks"][RECORD]["args"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -51,12 +57,12 @@ def incomplete_reason(folder: str | Path) -> str | None:
     """None for a complete checkpoint, else what is wrong with it (one short phrase)."""
     folder = Path(folder)
     try:
-        json.loads((folder / TRAINER_STATE).read_text())
+        state = json.loads((folder / TRAINER_STATE).read_text())
     except FileNotFoundError:
         return f"no {TRAINER_STATE} (its save did not finish)"
     except (OSError, ValueError):
         return f"unreadable {TRAINER_STATE}"
-    for name, size in ((read_record(folder) or {}).get("files") or {}).items():
+    for name, size in ((_record_in(state) or {}).get("files") or {}).items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"

@@ -31,6 +31,7 @@ METRICS_FILE = "metrics.jsonl"  # one row per log event
 FINAL_RESULTS_FILE = "final_results.json"  # written last, however training ended
 CURVES_FILE = "curves.png"
 EVAL_SUBDIR = "eval"  # RUN_DIR/eval/<name>.json: one evaluation's results
+RUNNING = "running"  # final_results.json's status from a start's claim until it ends
 EXIT_INTERRUPTED = 130  # the runner's exit code when a signal stopped it after saving a checkpoint
 EXIT_STILL_RUNNING = 75  # EX_TEMPFAIL: a run is held by a live process elsewhere; try again when it ends
 NOT_RESULTS = {"learning_rate", "epoch"}  # logged each step, but not what a run reached
@@ -84,7 +85,7 @@ def write_final_results(recipe, trainer, output_dir: Path, wall_seconds: float, 
 def write_running(recipe, output_dir: Path, starts: list[dict[str, Any]]) -> Path:
     """final_results.json while a start runs: `running`, and every start so far (when, from which checkpoint, its
     seconds: this one's as of its last checkpoint)."""
-    doc = {"algorithm": recipe.algorithm.name, "status": "running", "starts": starts,
+    doc = {"algorithm": recipe.algorithm.name, "status": RUNNING, "starts": starts,
            "wall_seconds": round(sum(s.get("train_seconds") or 0 for s in starts), 2)}
     return atomic_write_text(output_dir / FINAL_RESULTS_FILE, json.dumps(doc, indent=2, default=str) + "\n")
 
@@ -131,8 +132,12 @@ def last_values(rows: list[dict[str, Any]]) -> dict[str, float]:
 def read_results(output_dir: Path) -> dict[str, Any] | None:
     """final_results.json of a run that has ended (however), or None where there is none or it says `running`."""
     path = Path(output_dir) / FINAL_RESULTS_FILE
-    results = json.loads(path.read_text()) if path.is_file() else None
-    return None if results is None or results.get("status") == "running" else results
+    return ended(json.loads(path.read_text()) if path.is_file() else None)
+
+
+def ended(results: dict[str, Any] | None) -> dict[str, Any] | None:
+    """final_results.json's content where the run has ended, None while it says `running` (or there is none)."""
+    return None if results is None or results.get("status") == RUNNING else results
 
 
 def run_finished(output_dir: Path) -> bool:
@@ -234,8 +239,7 @@ class SavedRun:
     @property
     def results(self) -> dict[str, Any] | None:
         """final_results.json of a run that has ended, or None while it says `running` (see `being_written`)."""
-        raw = self.raw_results
-        return None if raw is None or raw.get("status") == "running" else raw
+        return ended(self.raw_results)
 
     @property
     def being_written(self) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from rlhf_recipes.disk import atomic_write_text
 from rlhf_recipes.errors import RecipeError
 
 LOCK_FILE = ".run.lock"
@@ -84,8 +85,6 @@ class RunLock:
                            "killed?", self.folder, previous.pid, previous.host, previous.since)
         me = Holder(os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%d %H:%M:%S %Z"), self.command)
         try:
-            from rlhf_recipes.disk import atomic_write_text
-
             atomic_write_text(self.folder / HOLDER_FILE, json.dumps(asdict(me)) + "\n")
         except BaseException:
             self._lock.release()
@@ -100,8 +99,6 @@ class RunLock:
             return
         try:
             if put_back and self.took_over is not None:
-                from rlhf_recipes.disk import atomic_write_text
-
                 atomic_write_text(self.folder / HOLDER_FILE, json.dumps(asdict(self.took_over)) + "\n")
             else:
                 (self.folder / HOLDER_FILE).unlink(missing_ok=True)

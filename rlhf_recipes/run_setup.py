@@ -115,13 +115,14 @@ class Ending:
         self.status, reason, hint = "failed", str(error), ""
         if isinstance(error, FloatingPointError):  # a NaN / inf loss, gradient, weight or reward
             hint = "; add --allow_changes --learning_rate LOWER to continue at a lower rate"
-        elif where is not None:
+        point = find_resumable_checkpoint(folder.output_dir)
+        if where is not None:
             reason = f"no space left on device while writing {where}"
             if is_main_process():  # a torn save would be skipped by --resume anyway: its space is the results'
-                for torn, why in find_resumable_checkpoint(folder.output_dir).skipped:
+                for torn, why in point.skipped:
                     if why.startswith("no trainer_state.json"):
                         shutil.rmtree(torn, ignore_errors=True)
-        last_good = find_resumable_checkpoint(folder.output_dir).checkpoint
+        last_good = point.checkpoint
         self.extra = {"error": reason, "last_good_checkpoint": last_good.name if last_good else None}
         for callback in self.trainer.callback_handler.callbacks:  # end the progress bar's line: the error gets its own
             if getattr(callback, "training_bar", None) is not None:

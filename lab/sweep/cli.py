@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.metric:
                 report.check_metric_logged(recorded, sweep_dir)  # a name no run logged: say so, write nothing
             # a sweep folder's report into --out (the runs are read where they are), else into the folder
-            into = args.out if args.out is not None and Path(args.target).is_dir() else sweep_dir
+            into = args.out or sweep_dir  # a recipe's --out is its sweep_dir already (read_spec)
             print(report.write(recorded, sweep_dir, into), end="")
-            print(f"wrote {into / 'sweep.json'}, {into / 'sweep.txt'}, {into / 'sweep.png'}")
+            print(report.wrote(into))
             return 0
         try:
             sweep_spec.check(spec)
@@ -149,12 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.slurm:
                 from lab.sweep.slurm import slurm_parameters, submit
 
-                slurm_parameters(args.slurm_option, "check", args.slurm_array_parallelism)  # a bad option: now
+                # a bad option is named before anything is written
+                params = slurm_parameters(args.slurm_option, f"sweep-{sweep_dir.name}", args.slurm_array_parallelism)
                 for job in [] if args.overwrite else jobs:
                     check_settings(job)
                 state.save(whole, sweep_dir)
-                return submit(sweep_dir, jobs, args.launcher, args.slurm_option, f"sweep-{sweep_dir.name}",
-                              args.slurm_array_parallelism)
+                return submit(sweep_dir, jobs, args.launcher, params)
             # the widened sweep is recorded once the kept runs are known to be the ones asked (run_plan checks)
             code, _ = run_plan([jobs], workers=args.workers, title=f"sweep {sweep_dir}", overwrite=args.overwrite,
                                launcher=args.launcher, prepare=lambda: state.save(whole, sweep_dir),
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(text, end="")
-    print(f"wrote {sweep_dir / 'sweep.json'}, {sweep_dir / 'sweep.txt'}, {sweep_dir / 'sweep.png'}")
+    print(report.wrote(sweep_dir))
     return code
 
 

@@ -18,6 +18,7 @@ from lab.book_figures import NANO_BOOK
 from lab.sweep.spec import Run, SweepSpec
 from rlhf_recipes.run_folder import has_config, read_results
 from rlhf_recipes.tools.document import render_text, table, write_result
+from rlhf_recipes.tools.document import wrote as document_wrote
 
 STEM = "sweep"
 
@@ -280,6 +281,11 @@ def text(report: dict[str, Any]) -> str:
                         *([f"Note: {warning}."] if warning else []), *unfinished])
 
 
+def wrote(into: Path) -> str:
+    """The line that names a report's three files in `into`."""
+    return document_wrote(into / f"{STEM}.{suffix}" for suffix in ("json", "txt", "png"))
+
+
 def write(spec: SweepSpec, sweep_dir: Path, into: Path | None = None) -> str:
     """sweep.json, sweep.txt and sweep.png of the runs in sweep_dir, written into `into` (default: sweep_dir);
     returns sweep.txt's text."""
@@ -288,7 +294,6 @@ def write(spec: SweepSpec, sweep_dir: Path, into: Path | None = None) -> str:
     report = build(spec, sweep_dir)
     rendered = text(report)
     into = sweep_dir if into is None else into
-    into.mkdir(parents=True, exist_ok=True)
     write_result(report, into / f"{STEM}.json", text=rendered, text_path=into / f"{STEM}.txt",
                  draw=lambda path: plot(report, sweep_dir, path), figure_path=into / f"{STEM}.png")
     return rendered

@@ -13,6 +13,7 @@ a finished run's task exits at once.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import signal
@@ -130,10 +131,9 @@ def slurm_parameters(options: list[str], name: str, parallelism: int | None) -> 
     return params
 
 
-def submit(sweep_dir: Path, jobs: list[Job], launcher: str | None, options: list[str], name: str,
-           parallelism: int | None = None) -> int:
-    """Submit the array with submitit when sbatch is on PATH; else say how to. Returns an exit code."""
-    params = slurm_parameters(options, name, parallelism)  # a bad option is named before anything is written
+def submit(sweep_dir: Path, jobs: list[Job], launcher: str | None, params: dict) -> int:
+    """Submit the array with submitit (`params`: slurm_parameters') when sbatch is on PATH; else say how to.
+    Returns an exit code."""
     if shutil.which("sbatch") is None or shutil.which("srun") is None:
         print(f"sbatch/srun are not on PATH here: run this same command on a SLURM login node (submitit submits the "
               f"array of {len(jobs)} task(s) from there); `rlhf-recipes sweep {sweep_dir} --report` gathers it")
@@ -142,7 +142,7 @@ def submit(sweep_dir: Path, jobs: list[Job], launcher: str | None, options: list
 
     executor = submitit.SlurmExecutor(folder=sweep_dir.resolve() / SLURM_FOLDER)
     executor.update_parameters(**params)
-    jobs = [Job(job.name, job.folder.resolve(), job.train, job.evaluate, job.eval_name) for job in jobs]
+    jobs = [dataclasses.replace(job, folder=job.folder.resolve()) for job in jobs]
     try:
         submitted = executor.map_array(SweepTask(), jobs, [launcher] * len(jobs))
     except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as e:

@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         from rlhf_recipes.cpu_launch import set_torch_threads
 
         set_torch_threads(recipe)  # the run's threads, before its held-out data (sampled rollouts, pairs) is built
-        check_model(args.model)
+        if not args.model.is_dir():  # a folder was checked above
+            check_model(args.model)
         if args.baseline:  # the recipe's starting model is loaded too: the same check, naming where it is set
             from rlhf_recipes.validation import check_model as check_recipe_model
 

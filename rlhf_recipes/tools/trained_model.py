@@ -140,8 +140,9 @@ def open_trained_model(path: str | Path, checkpoint: str | None = None, *, requi
         reward_model and (folder / "merged" / "config.json").is_file())
     if not has_weights:
         raise RunFolderError(f"{folder}: no saved model there (expected config.json or {ADAPTER_CONFIG})")
-    try:  # chat and export as evaluate: a weights file cut short is one line, not safetensors' traceback at load
-        check_weights_readable(folder, flag)
-    except RecipeError as e:
-        raise RunFolderError(str(e)) from None
+    if checkpoint is None:  # a checkpoint's weights were opened by run.checkpoint (checkpoints.incomplete_reason)
+        try:  # chat and export as evaluate: a weights file cut short is one line, not safetensors' traceback at load
+            check_weights_readable(folder, flag)
+        except RecipeError as e:
+            raise RunFolderError(str(e)) from None
     return TrainedModel(run, folder, recipe, reward_model)

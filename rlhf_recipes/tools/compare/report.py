@@ -221,8 +221,9 @@ def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metric
 
     panels, means = [], {}
     own, group = (runs[:-seeds[0]], runs[-seeds[0]:]) if seeds else (runs, [])
+    labelled = {metric: periodic_label(metric, runs) for metric in selected}  # each reads every run's config.yaml
     for metric in selected:
-        panel = Panel(title=periodic_label(metric, runs), lines=[])
+        panel = Panel(title=labelled[metric], lines=[])
         for run in runs:
             steps, values = run.series(metric)
             if len(steps):
@@ -239,7 +240,7 @@ def compare_local_runs(run_dirs: list[Path], out_dir: Path | None = None, metric
 
     labels = [r.label for r in runs]
     title = " vs ".join([r.label for r in own] + ([seeds[2]] if seeds else []))
-    rows = [[periodic_label(m, runs), *(number(means.get((m, r), float("nan"))) for r in labels)] for m in selected]
+    rows = [[labelled[m], *(number(means.get((m, r), float("nan"))) for r in labels)] for m in selected]
     notes = [*(notes or []), f"table: each run's mean over the last {fraction:.0%} of its own logged steps"]
     if any(r.heldout for r in runs):
         notes.append("rows `<name>: <metric>`: the run's held-out evaluation named <name> (rlhf-recipes evaluate's "
